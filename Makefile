@@ -1,0 +1,27 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Both create .venv/ on first use and reuse it afterwards (the stamp file
+# is rebuilt only when pyproject.toml changes).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test benchmark clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/train_logistic.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+benchmark: $(STAMP)
+	$(PY) benchmarks/sync_vs_mllib.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info python/*.egg-info

@@ -1,0 +1,29 @@
+"""gradspark: distributed SGD estimators for Spark ML.
+
+The driver owns the parameters and the optimizer state; executors compute
+gradients of their cached partitions, summed with ``treeAggregate``.
+
+Layout: ``estimators`` (pyspark.ml Estimator/Model classes) -> ``trainer``
+(sync loop, objective) -> ``engine`` (distributed gradient sums) ->
+``losses`` / ``optim`` (per-example losses, optimizers); ``data`` turns
+DataFrames into validated, cached blocks.
+"""
+
+from gradspark.data.validation import InvalidDataError
+from gradspark.estimators import (
+    SGDLinearRegression,
+    SGDLinearRegressionModel,
+    SGDLinearSVC,
+    SGDLinearSVCModel,
+    SGDLogisticRegression,
+    SGDLogisticRegressionModel,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InvalidDataError",
+    "SGDLogisticRegression", "SGDLogisticRegressionModel",
+    "SGDLinearRegression", "SGDLinearRegressionModel",
+    "SGDLinearSVC", "SGDLinearSVCModel",
+]

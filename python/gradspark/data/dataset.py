@@ -1,0 +1,100 @@
+"""From a DataFrame to cached, validated blocks plus their statistics."""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+from pyspark import RDD, StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from gradspark.data.blocks import CLASS_INDEX, BINARY, blockify_partition
+from gradspark.data.statistics import DataStatistics, block_statistics, merge_statistics
+from gradspark.data.validation import InvalidDataError, check_schema, raising_data_errors
+
+logger = logging.getLogger(__name__)
+
+
+class TrainingData:
+    """Training blocks cached for one fit, and what one pass learned about them.
+
+    Building it runs exactly one Spark job over the input: rows are validated
+    and blockified, the blocks are cached (``MEMORY_AND_DISK``, so data larger
+    than storage memory spills instead of failing), and column statistics are
+    tree-aggregated in the same pass. Call :meth:`release` (or use it as a
+    context manager) to unpersist the blocks.
+    """
+
+    def __init__(
+        self,
+        df: DataFrame,
+        features_col: str,
+        label_col: str,
+        weight_col: Optional[str],
+        label_domain: str,
+        block_size: int,
+        aggregation_depth: int,
+    ) -> None:
+        check_schema(df, features_col, label_col, weight_col)
+        self.num_features = _num_features(df, features_col)
+        columns = [F.col(features_col), F.col(label_col).cast("double")]
+        if weight_col:
+            columns.append(F.col(weight_col).cast("double"))
+        rows = df.select(*columns).rdd
+
+        num_features = self.num_features
+
+        def to_blocks(partition, iterator):
+            return blockify_partition(
+                partition, iterator, num_features, block_size, label_domain,
+                features_col, label_col, weight_col,
+            )
+
+        self.blocks: RDD = rows.mapPartitionsWithIndex(to_blocks)
+        self.blocks.persist(StorageLevel.MEMORY_AND_DISK)
+        self.blocks.setName(f"gradspark training blocks ({features_col}, {label_col})")
+
+        track_classes = label_domain in (BINARY, CLASS_INDEX)
+        try:
+            with raising_data_errors():
+                stats = self.blocks.map(
+                    lambda block: block_statistics(block, track_classes)
+                ).treeAggregate(None, merge_statistics, merge_statistics, aggregation_depth)
+        except BaseException:
+            self.release()
+            raise
+        if stats is None or stats.count == 0:
+            self.release()
+            raise InvalidDataError("the training DataFrame is empty")
+        if stats.weight_sum <= 0:
+            self.release()
+            raise InvalidDataError(
+                f"the weights in column {weight_col!r} sum to zero; nothing to train on"
+            )
+        self.statistics: DataStatistics = stats
+        logger.info(
+            "cached %d rows x %d features in %d partitions (weight sum %g)",
+            stats.count, self.num_features, self.blocks.getNumPartitions(), stats.weight_sum,
+        )
+
+    def release(self) -> None:
+        self.blocks.unpersist(blocking=False)
+
+    def __enter__(self) -> "TrainingData":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _num_features(df: DataFrame, features_col: str) -> int:
+    first = df.select(features_col).where(F.col(features_col).isNotNull()).first()
+    if first is None:
+        if df.limit(1).count() == 0:
+            raise InvalidDataError("the training DataFrame is empty")
+        raise InvalidDataError(f"features column {features_col!r} is null in every row")
+    size = first[0].size
+    if size == 0:
+        raise InvalidDataError(f"features column {features_col!r} holds empty vectors")
+    return size

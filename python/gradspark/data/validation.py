@@ -1,0 +1,78 @@
+"""Input checks: schema on the driver, values on the executors.
+
+Value checks run while rows are blockified (one pass, no extra Spark job).
+An executor raises :class:`InvalidDataError`; Spark wraps it in a
+``PythonException``/``Py4JJavaError`` whose text holds our message, and
+:func:`raising_data_errors` turns it back into a plain ``ValueError`` on the
+driver, so users see the problem rather than a JVM stack trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Iterator, Optional
+
+from pyspark.ml.linalg import VectorUDT
+from pyspark.sql import DataFrame
+from pyspark.sql.types import NumericType
+
+_MARK = "gradspark-data-error"
+_MESSAGE_RE = re.compile(_MARK + r"\[(.*?)\]" + _MARK, re.DOTALL)
+
+
+class InvalidDataError(ValueError):
+    """Training data that cannot give a correct model."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        # The markers let the driver find the message in a remote traceback.
+        return f"{_MARK}[{self.message}]{_MARK}"
+
+
+@contextlib.contextmanager
+def raising_data_errors() -> Iterator[None]:
+    """Re-raise an executor-side InvalidDataError as InvalidDataError here."""
+    try:
+        yield
+    except InvalidDataError:
+        raise
+    except Exception as exc:  # Py4JJavaError, PythonException, ...
+        found = _MESSAGE_RE.search(str(exc))
+        if found is None:
+            raise
+        raise InvalidDataError(found.group(1)) from None
+
+
+def check_schema(
+    df: DataFrame, features_col: str, label_col: str, weight_col: Optional[str]
+) -> None:
+    """Fail fast, before any Spark job, on missing or mistyped columns."""
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    wanted = [(features_col, "features"), (label_col, "label")]
+    if weight_col:
+        wanted.append((weight_col, "weight"))
+    for name, role in wanted:
+        if name not in fields:
+            raise InvalidDataError(
+                f"{role} column {name!r} not found; the DataFrame has columns "
+                f"{sorted(fields)}"
+            )
+    if not isinstance(fields[features_col], VectorUDT):
+        raise InvalidDataError(
+            f"features column {features_col!r} must be a pyspark.ml.linalg Vector "
+            f"(use VectorAssembler), got {fields[features_col].simpleString()}"
+        )
+    for name, role in wanted[1:]:
+        if not isinstance(fields[name], NumericType):
+            raise InvalidDataError(
+                f"{role} column {name!r} must be numeric, got "
+                f"{fields[name].simpleString()}"
+            )
+
+
+def row_position(partition: int, row: int) -> str:
+    return f"partition {partition}, row {row}"

@@ -1,0 +1,42 @@
+"""The per-step result every gradient engine returns."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+
+class GradientSums(NamedTuple):
+    """Sums over the rows of one pass, in the space of raw (unscaled) features.
+
+    With margins ``m = X @ B + c`` and ``g = d loss / d m`` (weighted):
+    ``xtg = X.T @ g``, ``gsum = g.sum(0)``. The driver maps these onto the
+    parameters it optimizes (see :class:`gradspark.trainer.objective.LinearObjective`).
+    """
+
+    xtg: np.ndarray  # (d, k)
+    gsum: np.ndarray  # (k,)
+    d_aux: np.ndarray  # (num_aux,)
+    loss_sum: float
+    weight_sum: float
+    count: int
+
+    def __add__(self, other: "GradientSums") -> "GradientSums":  # type: ignore[override]
+        return GradientSums(
+            self.xtg + other.xtg,
+            self.gsum + other.gsum,
+            self.d_aux + other.d_aux,
+            self.loss_sum + other.loss_sum,
+            self.weight_sum + other.weight_sum,
+            self.count + other.count,
+        )
+
+
+def add_sums(a: Optional[GradientSums], b: Optional[GradientSums]) -> Optional[GradientSums]:
+    """treeAggregate combiner; ``None`` is the empty partition."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b

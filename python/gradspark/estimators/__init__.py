@@ -1,0 +1,11 @@
+"""pyspark.ml estimators and models."""
+
+from gradspark.estimators.linear import SGDLinearRegression, SGDLinearRegressionModel
+from gradspark.estimators.logistic import SGDLogisticRegression, SGDLogisticRegressionModel
+from gradspark.estimators.svc import SGDLinearSVC, SGDLinearSVCModel
+
+__all__ = [
+    "SGDLogisticRegression", "SGDLogisticRegressionModel",
+    "SGDLinearRegression", "SGDLinearRegressionModel",
+    "SGDLinearSVC", "SGDLinearSVCModel",
+]

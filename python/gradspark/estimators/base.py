@@ -1,0 +1,317 @@
+"""The fit template shared by the linear estimators, and the model base class.
+
+``_SGDLinearEstimator._fit`` does what every linear estimator needs:
+validate Params, cache validated blocks and their statistics in one pass,
+build the MLlib-equivalent objective in the standardized space, train on the
+driver (sync mode), map the solution back to the input's units and hand it
+to the subclass's model. Subclasses say only what differs: the label
+domain, the loss, and how to turn coefficients into a model.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+from pyspark.ml import Estimator, Model
+from pyspark.ml.util import (
+    DefaultParamsReadable,
+    DefaultParamsWritable,
+    DefaultParamsReader,
+    DefaultParamsWriter,
+    MLReadable,
+    MLReader,
+    MLWritable,
+    MLWriter,
+)
+from pyspark.sql import DataFrame
+
+from gradspark.data.dataset import TrainingData
+from gradspark.data.statistics import DataStatistics
+from gradspark.engine import PythonGradientEngine
+from gradspark.losses import Loss
+from gradspark.params import SGDParams, validate_sgd_params
+from gradspark.trainer import LinearObjective, SyncConfig, train_sync
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LinearProblem:
+    """What a subclass decides once the data statistics are known."""
+
+    loss: Loss
+    num_outputs: int
+    reg_param: float  # effective regParam in the standardized space
+    label_shift: float = 0.0
+    label_scale: float = 1.0
+    initial_intercepts: Optional[np.ndarray] = None
+
+
+@dataclass
+class TrainingSummary:
+    """Training history, as MLlib's ``summary.objectiveHistory``/``totalIterations``."""
+
+    objectiveHistory: List[float]
+    totalIterations: int
+    converged: bool
+    optimizer: str
+    numInstances: int
+    weightSum: float
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+def regularization_vectors(
+    objective_size: int,
+    num_features: int,
+    num_outputs: int,
+    reg_param: float,
+    elastic_net: float,
+    standardization: bool,
+    features_std: np.ndarray,
+):
+    """Per-parameter (l2, l1) strengths in the standardized space, as MLlib defines them.
+
+    With ``standardization=False`` MLlib still optimizes in the standardized
+    space but penalizes ``beta_s / sigma`` (L2: ``/ sigma**2``), i.e. the
+    penalty is on the original-scale coefficients. Intercepts and auxiliary
+    parameters are never penalized.
+    """
+    l2 = np.zeros(objective_size)
+    l1 = np.zeros(objective_size)
+    if reg_param > 0:
+        if standardization:
+            per_feature_l2 = np.ones(num_features)
+            per_feature_l1 = np.ones(num_features)
+        else:
+            inv = np.divide(1.0, features_std, out=np.zeros_like(features_std),
+                            where=features_std > 0)
+            per_feature_l2, per_feature_l1 = inv**2, inv
+        n = num_features * num_outputs
+        l2[:n] = np.repeat(reg_param * (1.0 - elastic_net) * per_feature_l2, num_outputs)
+        l1[:n] = np.repeat(reg_param * elastic_net * per_feature_l1, num_outputs)
+    return l2, l1
+
+
+class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultParamsWritable):
+    """Base class; see the concrete estimators for the user-facing docs."""
+
+    def _set_given(self, kwargs: Dict[str, Any]):
+        # None means "not given": leave the Param at its default (unlike pyspark's
+        # _set, which would store None and make e.g. getSeed() return None).
+        return self._set(**{k: v for k, v in kwargs.items() if v is not None})
+
+    def _label_domain(self) -> str:
+        raise NotImplementedError
+
+    def _problem(self, stats: DataStatistics) -> LinearProblem:
+        raise NotImplementedError
+
+    def _make_model(
+        self, coefficients: np.ndarray, intercepts: np.ndarray, aux: np.ndarray,
+        problem: LinearProblem,
+    ) -> "_LinearModel":
+        raise NotImplementedError
+
+    def _validate_params(self) -> None:
+        validate_sgd_params(self)
+
+    def _fit(self, dataset: DataFrame) -> "_LinearModel":
+        self._validate_params()
+        weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else None
+        weight_col = weight_col or None
+        data = TrainingData(
+            dataset,
+            self.getFeaturesCol(),
+            self.getLabelCol(),
+            weight_col,
+            self._label_domain(),
+            self.getBlockSize(),
+            self.getAggregationDepth(),
+        )
+        with data:
+            stats = data.statistics
+            problem = self._problem(stats)
+            num_features = data.num_features
+            engine = PythonGradientEngine(data.blocks, problem.loss, self.getAggregationDepth())
+            objective = LinearObjective(
+                engine=engine,
+                loss=problem.loss,
+                num_features=num_features,
+                num_outputs=problem.num_outputs,
+                fit_intercept=self.getFitIntercept(),
+                features_mean=stats.features.mean,
+                features_std=stats.features_std,
+                l2=np.zeros(0),
+                l1=np.zeros(0),
+                label_shift=problem.label_shift,
+                label_scale=problem.label_scale,
+                mini_batch_fraction=self.getMiniBatchFraction(),
+                seed=self.getSeed(),
+            )
+            objective.l2, objective.l1 = regularization_vectors(
+                objective.size, num_features, problem.num_outputs, problem.reg_param,
+                self.getElasticNetParam(), self.getStandardization(), stats.features_std,
+            )
+            config = SyncConfig(
+                optimizer=self.getOptimizer(),
+                max_iter=self.getMaxIter(),
+                tol=self.getTol(),
+                step_size=self.getStepSize(),
+                schedule=self.getLearningRateSchedule(),
+                momentum=self.getMomentum(),
+                nesterov=self.getNesterov(),
+                label=type(self).__name__,
+            )
+            result = train_sync(objective, objective.initial(problem.initial_intercepts), config)
+            coefficients, intercepts, aux = objective.original_space(result.theta)
+
+        model = self._make_model(coefficients, intercepts, aux, problem)
+        model._summary = TrainingSummary(
+            objectiveHistory=list(result.objective_history),
+            totalIterations=result.iterations,
+            converged=result.converged,
+            optimizer=config.optimizer,
+            numInstances=stats.count,
+            weightSum=stats.weight_sum,
+            extra={"gradientEvaluations": objective.evaluations},
+        )
+        self._copyValues(model)
+        return model
+
+
+class _LinearModel(Model, SGDParams, MLReadable, MLWritable):
+    """A fitted linear model: coefficient matrix (d x k) and intercepts (k)."""
+
+    _data_fields = ("coefficients", "intercepts", "aux")
+
+    def __init__(
+        self,
+        coefficient_matrix: Optional[np.ndarray] = None,
+        intercepts: Optional[np.ndarray] = None,
+        aux: Optional[np.ndarray] = None,
+    ) -> None:
+        super().__init__()
+        self._coefficient_matrix = (
+            np.zeros((0, 1)) if coefficient_matrix is None else np.asarray(coefficient_matrix)
+        )
+        self._intercepts = np.zeros(1) if intercepts is None else np.asarray(intercepts)
+        self._aux = np.zeros(0) if aux is None else np.asarray(aux)
+        self._summary: Optional[TrainingSummary] = None
+
+    @property
+    def numFeatures(self) -> int:
+        return self._coefficient_matrix.shape[0]
+
+    @property
+    def hasSummary(self) -> bool:
+        return self._summary is not None
+
+    @property
+    def summary(self) -> TrainingSummary:
+        if self._summary is None:
+            raise RuntimeError(
+                "no training summary: this model was loaded or copied, not fitted in this session"
+            )
+        return self._summary
+
+    def copy(self, extra=None) -> "_LinearModel":
+        that = super().copy(extra)
+        that._summary = self._summary
+        return that
+
+    def _margins_fn(self):
+        coef, intercepts = self._coefficient_matrix, self._intercepts
+
+        def margins(v) -> np.ndarray:
+            if hasattr(v, "indices"):
+                return v.values @ coef[v.indices] + intercepts
+            return v.toArray() @ coef + intercepts
+
+        return margins
+
+    # -- persistence -----------------------------------------------------
+    def write(self) -> MLWriter:
+        return _LinearModelWriter(self)
+
+    @classmethod
+    def read(cls) -> MLReader:
+        return _LinearModelReader(cls)
+
+    def _require_features(self, dataset: DataFrame) -> None:
+        fields = [f.name for f in dataset.schema.fields]
+        if self.getFeaturesCol() not in fields:
+            raise ValueError(
+                f"features column {self.getFeaturesCol()!r} not found; the DataFrame has "
+                f"columns {sorted(fields)}"
+            )
+
+
+class _LinearModelWriter(MLWriter):
+    def __init__(self, instance: _LinearModel) -> None:
+        super().__init__()
+        self.instance = instance
+
+    def saveImpl(self, path: str) -> None:
+        m = self.instance
+        DefaultParamsWriter.saveMetadata(
+            m, path, self.sparkSession,
+            extraMetadata={"shape": list(m._coefficient_matrix.shape)},
+        )
+        row = (
+            m._coefficient_matrix.ravel().tolist(),
+            m._intercepts.tolist(),
+            m._aux.tolist(),
+        )
+        self.sparkSession.createDataFrame(
+            [row], "coefficients array<double>, intercepts array<double>, aux array<double>"
+        ).write.parquet(f"{path}/data")
+
+
+class _LinearModelReader(MLReader):
+    def __init__(self, cls) -> None:
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path: str) -> _LinearModel:
+        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        data = self.sparkSession.read.parquet(f"{path}/data").first()
+        shape = tuple(metadata["shape"])
+        model = self.cls(
+            np.asarray(data.coefficients, dtype=np.float64).reshape(shape),
+            np.asarray(data.intercepts, dtype=np.float64),
+            np.asarray(data.aux, dtype=np.float64),
+        )
+        model._resetUid(metadata["uid"])
+        DefaultParamsReader.getAndSetParams(model, metadata)
+        return model
+
+
+def append_outputs(dataset: DataFrame, features_col: str, margins_fn, outputs) -> DataFrame:
+    """Append prediction columns computed from each row's margins in one UDF pass.
+
+    ``outputs`` is a list of ``(column name, Spark type, fn(margins) -> value)``;
+    entries with an empty column name are skipped, as MLlib does.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
+
+    outputs = [o for o in outputs if o[0]]
+    if not outputs:
+        return dataset
+    schema = StructType([StructField(f"_{i}", t, True) for i, (_, t, _) in enumerate(outputs)])
+    fns = [fn for _, _, fn in outputs]
+
+    def predict(v):
+        if v is None:
+            return None
+        m = margins_fn(v)
+        return tuple(fn(m) for fn in fns)
+
+    packed = "__gradspark_outputs"
+    out = dataset.withColumn(packed, F.udf(predict, schema)(F.col(features_col)))
+    for i, (name, _, _) in enumerate(outputs):
+        out = out.withColumn(name, F.col(f"{packed}._{i}"))
+    return out.drop(packed)

@@ -1,0 +1,134 @@
+"""Linear regression (squared error or Huber) trained by distributed SGD/L-BFGS."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pyspark import keyword_only
+from pyspark.ml.linalg import DenseVector, Vectors
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.sql import DataFrame
+from pyspark.sql.types import DoubleType
+
+from gradspark.data.blocks import REAL
+from gradspark.data.statistics import DataStatistics
+from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator, append_outputs
+from gradspark.losses import HuberLoss, SquaredLoss
+
+LOSSES = ("squaredError", "huber")
+
+
+class _LinearRegressionParams(Params):
+    loss: Param[str] = Param(
+        Params._dummy(), "loss", "loss to minimize: squaredError or huber",
+        typeConverter=TypeConverters.toString,
+    )
+    epsilon: Param[float] = Param(
+        Params._dummy(), "epsilon",
+        "Huber robustness: residuals beyond epsilon * scale count linearly (> 1.0)",
+        typeConverter=TypeConverters.toFloat,
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(loss="squaredError", epsilon=1.35, predictionCol="prediction",
+                         featuresCol="features", labelCol="label")
+
+    def getLoss(self) -> str:
+        return self.getOrDefault(self.loss)
+
+    def getEpsilon(self) -> float:
+        return self.getOrDefault(self.epsilon)
+
+
+class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
+    """Linear regression with driver-side parameter aggregation.
+
+    Same objective and standardization semantics as
+    ``pyspark.ml.regression.LinearRegression`` (for squared error, MLlib
+    standardizes the label as well, which scales the effective ``regParam``
+    by ``1 / std(label)``); ``loss="huber"`` fits MLlib's robust regression
+    with a jointly estimated ``scale``.
+
+    Examples
+    --------
+    >>> model = SGDLinearRegression(regParam=0.1).fit(train_df)   # doctest: +SKIP
+    >>> model.coefficients, model.intercept                        # doctest: +SKIP
+    """
+
+    @keyword_only
+    def __init__(
+        self,
+        *,
+        featuresCol: str = "features",
+        labelCol: str = "label",
+        predictionCol: str = "prediction",
+        weightCol: Optional[str] = None,
+        loss: str = "squaredError",
+        epsilon: float = 1.35,
+        maxIter: int = 100,
+        tol: float = 1e-6,
+        stepSize: float = 0.1,
+        regParam: float = 0.0,
+        elasticNetParam: float = 0.0,
+        fitIntercept: bool = True,
+        standardization: bool = True,
+        aggregationDepth: int = 2,
+        miniBatchFraction: float = 1.0,
+        optimizer: str = "lbfgs",
+        learningRateSchedule: str = "constant",
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        mode: str = "sync",
+        blockSize: int = 4096,
+        seed: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        self._set_given(self._input_kwargs)
+
+    @keyword_only
+    def setParams(self, **kwargs) -> "SGDLinearRegression":
+        """Set any of the constructor's Params."""
+        return self._set_given(self._input_kwargs)
+
+    def _label_domain(self) -> str:
+        return REAL
+
+    def _problem(self, stats: DataStatistics) -> LinearProblem:
+        if self.getLoss() not in LOSSES:
+            raise ValueError(f"loss must be one of {list(LOSSES)}, got {self.getLoss()!r}")
+        if self.getLoss() == "huber":
+            return LinearProblem(HuberLoss(self.getEpsilon()), 1, self.getRegParam())
+        mean, std = stats.label_mean, stats.label_std
+        # A constant label cannot be scaled by its std; MLlib then uses |mean|.
+        scale = std if std > 0 else (abs(mean) or 1.0)
+        shift = mean if self.getFitIntercept() else 0.0
+        return LinearProblem(
+            SquaredLoss(shift, scale), 1, self.getRegParam() / scale,
+            label_shift=shift, label_scale=scale,
+        )
+
+    def _make_model(self, coefficients, intercepts, aux, problem) -> "SGDLinearRegressionModel":
+        return SGDLinearRegressionModel(coefficients, intercepts, aux)
+
+
+class SGDLinearRegressionModel(_LinearModel, _LinearRegressionParams):
+    """Model fitted by :class:`SGDLinearRegression`."""
+
+    @property
+    def coefficients(self) -> DenseVector:
+        return Vectors.dense(self._coefficient_matrix[:, 0])
+
+    @property
+    def intercept(self) -> float:
+        return float(self._intercepts[0])
+
+    @property
+    def scale(self) -> float:
+        """Huber's fitted scale sigma; 1.0 for squared error (as in MLlib)."""
+        return float(self._aux[0]) if len(self._aux) else 1.0
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        self._require_features(dataset)
+        outputs = [(self.getPredictionCol(), DoubleType(), lambda m: float(m[0]))]
+        return append_outputs(dataset, self.getFeaturesCol(), self._margins_fn(), outputs)

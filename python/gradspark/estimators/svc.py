@@ -1,0 +1,103 @@
+"""Linear support vector classifier (hinge loss) trained by distributed SGD/L-BFGS."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pyspark import keyword_only
+from pyspark.ml.linalg import DenseVector, Vectors, VectorUDT
+from pyspark.ml.param.shared import HasRawPredictionCol, HasThreshold
+from pyspark.sql import DataFrame
+from pyspark.sql.types import DoubleType
+
+from gradspark.data.blocks import BINARY
+from gradspark.data.statistics import DataStatistics
+from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator, append_outputs
+from gradspark.losses import HingeLoss
+
+
+class _LinearSVCParams(HasRawPredictionCol, HasThreshold):
+    def __init__(self) -> None:
+        super().__init__()
+        # MLlib's LinearSVC thresholds the raw margin, at 0.0 by default.
+        self._setDefault(threshold=0.0, rawPredictionCol="rawPrediction",
+                         predictionCol="prediction", featuresCol="features", labelCol="label")
+
+
+class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
+    """Linear SVM (hinge loss, labels 0/1) with driver-side parameter aggregation.
+
+    Same objective as ``pyspark.ml.classification.LinearSVC``: weighted mean
+    hinge loss plus ``regParam / 2 * ||beta||^2`` on the (standardized)
+    coefficients. Unlike MLlib, ``elasticNetParam > 0`` adds an L1 term.
+    The hinge loss is not differentiable at the margin; L-BFGS, as in MLlib,
+    stops near (not exactly at) the optimum, within ``tol`` in objective value.
+    """
+
+    @keyword_only
+    def __init__(
+        self,
+        *,
+        featuresCol: str = "features",
+        labelCol: str = "label",
+        predictionCol: str = "prediction",
+        rawPredictionCol: str = "rawPrediction",
+        weightCol: Optional[str] = None,
+        maxIter: int = 100,
+        tol: float = 1e-6,
+        stepSize: float = 0.1,
+        regParam: float = 0.0,
+        elasticNetParam: float = 0.0,
+        fitIntercept: bool = True,
+        standardization: bool = True,
+        threshold: float = 0.0,
+        aggregationDepth: int = 2,
+        miniBatchFraction: float = 1.0,
+        optimizer: str = "lbfgs",
+        learningRateSchedule: str = "constant",
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        mode: str = "sync",
+        blockSize: int = 4096,
+        seed: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        self._set_given(self._input_kwargs)
+
+    @keyword_only
+    def setParams(self, **kwargs) -> "SGDLinearSVC":
+        """Set any of the constructor's Params."""
+        return self._set_given(self._input_kwargs)
+
+    def _label_domain(self) -> str:
+        return BINARY
+
+    def _problem(self, stats: DataStatistics) -> LinearProblem:
+        return LinearProblem(HingeLoss(), 1, self.getRegParam())
+
+    def _make_model(self, coefficients, intercepts, aux, problem) -> "SGDLinearSVCModel":
+        return SGDLinearSVCModel(coefficients, intercepts)
+
+
+class SGDLinearSVCModel(_LinearModel, _LinearSVCParams):
+    """Model fitted by :class:`SGDLinearSVC`."""
+
+    numClasses = 2
+
+    @property
+    def coefficients(self) -> DenseVector:
+        return Vectors.dense(self._coefficient_matrix[:, 0])
+
+    @property
+    def intercept(self) -> float:
+        return float(self._intercepts[0])
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        self._require_features(dataset)
+        threshold = self.getThreshold()
+        outputs = [
+            (self.getRawPredictionCol(), VectorUDT(), lambda m: DenseVector([-m[0], m[0]])),
+            (self.getPredictionCol(), DoubleType(),
+             lambda m: 1.0 if m[0] > threshold else 0.0),
+        ]
+        return append_outputs(dataset, self.getFeaturesCol(), self._margins_fn(), outputs)

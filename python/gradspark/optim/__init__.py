@@ -1,0 +1,17 @@
+"""Driver-side optimizers: small, pure and swappable.
+
+First-order optimizers follow the optax shape: ``init(theta) -> state`` and
+``update(theta, grad, state, lr, l1) -> (theta, state)``, where the state is
+a plain dict of numpy arrays (easy to checkpoint) and L1 is handled by a
+proximal (soft-threshold) step. L-BFGS is full-batch and lives in
+:mod:`gradspark.optim.lbfgs`.
+"""
+
+from gradspark.optim.first_order import Adagrad, Adam, SGD, make_first_order, soft_threshold
+from gradspark.optim.lbfgs import minimize_lbfgs
+from gradspark.optim.schedules import learning_rate
+
+__all__ = [
+    "SGD", "Adagrad", "Adam", "make_first_order", "soft_threshold",
+    "minimize_lbfgs", "learning_rate",
+]

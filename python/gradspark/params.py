@@ -1,0 +1,193 @@
+"""Params shared by gradspark estimators and models.
+
+Where ``pyspark.ml`` already defines a Param (``maxIter``, ``regParam``, ...)
+we reuse its mixin so names, docs and type converters match MLlib exactly;
+the mixins below add only what MLlib lacks.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import (
+    HasAggregationDepth,
+    HasElasticNetParam,
+    HasFeaturesCol,
+    HasFitIntercept,
+    HasLabelCol,
+    HasMaxIter,
+    HasPredictionCol,
+    HasRegParam,
+    HasSeed,
+    HasStandardization,
+    HasStepSize,
+    HasTol,
+    HasWeightCol,
+)
+
+OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam")
+SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")
+MODES = ("sync",)
+
+
+def _one_of(name: str, allowed: tuple[str, ...]):
+    def convert(value):
+        value = TypeConverters.toString(value)
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+        return value
+
+    return convert
+
+
+class HasMiniBatchFraction(Params):
+    miniBatchFraction: Param[float] = Param(
+        Params._dummy(),
+        "miniBatchFraction",
+        "fraction of rows sampled (Bernoulli, reproducible from seed and step) "
+        "for each gradient step, in (0, 1]",
+        typeConverter=TypeConverters.toFloat,
+    )
+
+    def getMiniBatchFraction(self) -> float:
+        return self.getOrDefault(self.miniBatchFraction)
+
+
+class HasOptimizer(Params):
+    optimizer: Param[str] = Param(
+        Params._dummy(),
+        "optimizer",
+        "driver-side optimizer: " + ", ".join(OPTIMIZERS)
+        + " (lbfgs is full-batch only)",
+        typeConverter=_one_of("optimizer", OPTIMIZERS),
+    )
+    learningRateSchedule: Param[str] = Param(
+        Params._dummy(),
+        "learningRateSchedule",
+        "step size schedule for first-order optimizers: " + ", ".join(SCHEDULES),
+        typeConverter=_one_of("learningRateSchedule", SCHEDULES),
+    )
+    momentum: Param[float] = Param(
+        Params._dummy(),
+        "momentum",
+        "heavy-ball momentum for optimizer='sgd', in [0, 1)",
+        typeConverter=TypeConverters.toFloat,
+    )
+    nesterov: Param[bool] = Param(
+        Params._dummy(),
+        "nesterov",
+        "use Nesterov momentum with optimizer='sgd'",
+        typeConverter=TypeConverters.toBoolean,
+    )
+
+    def getOptimizer(self) -> str:
+        return self.getOrDefault(self.optimizer)
+
+    def getLearningRateSchedule(self) -> str:
+        return self.getOrDefault(self.learningRateSchedule)
+
+    def getMomentum(self) -> float:
+        return self.getOrDefault(self.momentum)
+
+    def getNesterov(self) -> bool:
+        return self.getOrDefault(self.nesterov)
+
+
+class HasMode(Params):
+    mode: Param[str] = Param(
+        Params._dummy(),
+        "mode",
+        "training mode: 'sync' (bulk-synchronous, treeAggregate per step)",
+        typeConverter=_one_of("mode", MODES),
+    )
+
+    def getMode(self) -> str:
+        return self.getOrDefault(self.mode)
+
+
+class HasBlockSize(Params):
+    blockSize: Param[int] = Param(
+        Params._dummy(),
+        "blockSize",
+        "rows per cached block; gradients are computed one block (matrix) at a time",
+        typeConverter=TypeConverters.toInt,
+    )
+
+    def getBlockSize(self) -> int:
+        return self.getOrDefault(self.blockSize)
+
+
+class SGDParams(
+    HasFeaturesCol,
+    HasLabelCol,
+    HasWeightCol,
+    HasPredictionCol,
+    HasMaxIter,
+    HasTol,
+    HasStepSize,
+    HasRegParam,
+    HasElasticNetParam,
+    HasFitIntercept,
+    HasStandardization,
+    HasAggregationDepth,
+    HasMiniBatchFraction,
+    HasOptimizer,
+    HasMode,
+    HasBlockSize,
+    HasSeed,
+):
+    """Params common to every gradspark linear estimator and its model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(
+            maxIter=100,
+            tol=1e-6,
+            stepSize=0.1,
+            regParam=0.0,
+            elasticNetParam=0.0,
+            fitIntercept=True,
+            standardization=True,
+            aggregationDepth=2,
+            miniBatchFraction=1.0,
+            optimizer="lbfgs",
+            learningRateSchedule="constant",
+            momentum=0.0,
+            nesterov=False,
+            mode="sync",
+            blockSize=4096,
+            # pyspark's default seed is hash(class name), which changes with
+            # PYTHONHASHSEED from process to process; a CRC is stable.
+            seed=zlib.crc32(type(self).__name__.encode()),
+        )
+
+
+def validate_sgd_params(params: SGDParams) -> None:
+    """Raise ValueError on Param combinations that cannot train correctly."""
+    fraction = params.getMiniBatchFraction()
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"miniBatchFraction must be in (0, 1], got {fraction}")
+    if params.getOptimizer() == "lbfgs" and fraction < 1.0:
+        raise ValueError(
+            "optimizer='lbfgs' needs full-batch gradients (miniBatchFraction=1.0); "
+            "use optimizer='sgd', 'adagrad' or 'adam' for mini-batches"
+        )
+    if params.getMaxIter() < 0:
+        raise ValueError(f"maxIter must be >= 0, got {params.getMaxIter()}")
+    if params.getRegParam() < 0:
+        raise ValueError(f"regParam must be >= 0, got {params.getRegParam()}")
+    if not 0.0 <= params.getElasticNetParam() <= 1.0:
+        raise ValueError(
+            f"elasticNetParam must be in [0, 1], got {params.getElasticNetParam()}"
+        )
+    if params.getStepSize() <= 0:
+        raise ValueError(f"stepSize must be > 0, got {params.getStepSize()}")
+    if not 0.0 <= params.getMomentum() < 1.0:
+        raise ValueError(f"momentum must be in [0, 1), got {params.getMomentum()}")
+    if params.getAggregationDepth() < 1:
+        raise ValueError(
+            f"aggregationDepth must be >= 1, got {params.getAggregationDepth()}"
+        )
+    if params.getBlockSize() < 1:
+        raise ValueError(f"blockSize must be >= 1, got {params.getBlockSize()}")

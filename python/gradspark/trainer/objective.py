@@ -1,0 +1,130 @@
+"""The regularized training objective of a linear model, in the space the optimizer sees.
+
+Parameters ``theta`` live in MLlib's *standardized* space: coefficient
+``beta_s[j]`` multiplies ``(x_j - mu_j) / sigma_j`` (centering only when an
+intercept is fitted). Optimizing there gives MLlib's conditioning and its
+regularization semantics, but the data is never rescaled: the engine is
+handed the equivalent raw-space map ``B = beta_s / sigma``,
+``c = b_s - (mu / sigma) @ beta_s`` and the chain rule is applied here.
+
+Layout of ``theta``: ``beta_s`` (d x k, row-major), then k intercepts when
+fitted, then the loss's auxiliary parameters (Huber's scale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from gradspark.engine import GradientSums
+from gradspark.losses import Loss
+
+_MIN_AUX = 1e-10  # Huber's scale must stay positive
+
+
+@dataclass
+class LinearObjective:
+    engine: object  # anything with .gradient_sums(coef, offset, aux, fraction, seed, step)
+    loss: Loss
+    num_features: int
+    num_outputs: int
+    fit_intercept: bool
+    features_mean: np.ndarray
+    features_std: np.ndarray
+    l2: np.ndarray  # per-parameter L2 strength (0 for intercepts and aux)
+    l1: np.ndarray  # per-parameter L1 strength
+    label_shift: float = 0.0
+    label_scale: float = 1.0
+    mini_batch_fraction: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        std = self.features_std
+        self.inv_std = np.divide(1.0, std, out=np.zeros_like(std), where=std > 0)
+        self.scaled_mean = self.features_mean * self.inv_std
+        self.evaluations = 0
+
+    # -- layout ---------------------------------------------------------
+    @property
+    def num_coefficients(self) -> int:
+        return self.num_features * self.num_outputs
+
+    @property
+    def size(self) -> int:
+        k = self.num_outputs if self.fit_intercept else 0
+        return self.num_coefficients + k + self.loss.num_aux
+
+    def split(self, theta: np.ndarray):
+        d, k = self.num_features, self.num_outputs
+        beta = theta[: d * k].reshape(d, k)
+        rest = theta[d * k:]
+        intercept = rest[:k] if self.fit_intercept else np.zeros(k)
+        aux = rest[k:] if self.fit_intercept else rest
+        return beta, intercept, aux
+
+    def lower_bounds(self) -> np.ndarray:
+        lower = np.full(self.size, -np.inf)
+        if self.loss.num_aux:
+            lower[-self.loss.num_aux:] = _MIN_AUX
+        return lower
+
+    def project(self, theta: np.ndarray) -> np.ndarray:
+        """Keep parameters inside their domain (first-order optimizers)."""
+        return np.maximum(theta, self.lower_bounds())
+
+    # -- the raw-space linear map ----------------------------------------
+    def linear_map(self, theta: np.ndarray):
+        beta, intercept, aux = self.split(theta)
+        coef = beta * self.inv_std[:, None]
+        offset = intercept - self.scaled_mean @ beta if self.fit_intercept else intercept
+        return coef, offset, aux
+
+    def original_space(self, theta: np.ndarray):
+        """(coefficients d x k, intercepts k, aux) in the units of the input data."""
+        coef, offset, aux = self.linear_map(theta)
+        coefficients = self.label_scale * coef
+        intercepts = (self.label_scale * offset + self.label_shift) if self.fit_intercept \
+            else np.zeros(self.num_outputs)
+        return coefficients, intercepts, aux
+
+    # -- value and gradient ---------------------------------------------
+    def data_term(self, theta: np.ndarray, step: Optional[int] = None):
+        """Weighted mean loss and its gradient; a mini-batch sample when step is given."""
+        coef, offset, aux = self.linear_map(theta)
+        sampled = step is not None and self.mini_batch_fraction < 1.0
+        sums: Optional[GradientSums] = self.engine.gradient_sums(
+            coef, offset, aux,
+            fraction=self.mini_batch_fraction if sampled else 1.0,
+            seed=self.seed, step=step or 0,
+        )
+        self.evaluations += 1
+        if sums is None or sums.weight_sum <= 0:
+            return 0.0, np.zeros_like(theta)  # an empty mini-batch moves nothing
+        xtg = sums.xtg - np.outer(self.features_mean, sums.gsum) if self.fit_intercept \
+            else sums.xtg
+        parts = [(xtg * self.inv_std[:, None]).ravel()]
+        if self.fit_intercept:
+            parts.append(sums.gsum)
+        parts.append(sums.d_aux)
+        grad = np.concatenate(parts) / sums.weight_sum
+        return sums.loss_sum / sums.weight_sum, grad
+
+    def smooth(self, theta: np.ndarray, step: Optional[int] = None):
+        """Data term plus L2 (everything but the L1 part)."""
+        value, grad = self.data_term(theta, step)
+        value += 0.5 * float(self.l2 @ theta**2)
+        grad = grad + self.l2 * theta
+        return value, grad
+
+    def l1_penalty(self, theta: np.ndarray) -> float:
+        return float(self.l1 @ np.abs(theta))
+
+    def initial(self, intercepts: Optional[np.ndarray] = None) -> np.ndarray:
+        theta = np.zeros(self.size)
+        if self.fit_intercept and intercepts is not None:
+            theta[self.num_coefficients: self.num_coefficients + self.num_outputs] = intercepts
+        if self.loss.num_aux:
+            theta[-self.loss.num_aux:] = self.loss.initial_aux()
+        return theta
