@@ -14,10 +14,10 @@ def soft_threshold(x: np.ndarray, threshold: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.maximum(np.abs(x) - threshold, 0.0)
 
 
-def _proximal_step(theta, direction, step_sizes, l1):
-    """theta - step * direction, then the prox of the L1 term with the same steps."""
+def _proximal_step(theta, direction, step_sizes, l1, prox_scale=1.0):
+    """theta - step * direction, then the prox of the L1 term with steps * prox_scale."""
     moved = theta - step_sizes * direction
-    return soft_threshold(moved, step_sizes * l1) if np.any(l1) else moved
+    return soft_threshold(moved, step_sizes * prox_scale * l1) if np.any(l1) else moved
 
 
 class SGD:
@@ -33,7 +33,10 @@ class SGD:
     def update(self, theta, grad, state: State, lr: float, l1) -> Tuple[np.ndarray, State]:
         velocity = self.momentum * state["velocity"] + grad
         direction = grad + self.momentum * velocity if self.nesterov else velocity
-        return _proximal_step(theta, direction, lr, l1), {"velocity": velocity}
+        # At a fixed point the direction is grad / (1 - momentum); scaling the L1
+        # threshold the same way makes that fixed point the true lasso optimum.
+        prox_scale = 1.0 / (1.0 - self.momentum)
+        return _proximal_step(theta, direction, lr, l1, prox_scale), {"velocity": velocity}
 
 
 class Adagrad:

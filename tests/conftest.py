@@ -1,0 +1,89 @@
+"""Shared fixtures: one real local[2] SparkSession for the whole run, small datasets."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+# Executors must run the same interpreter (and so see the same packages) as the driver.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from pyspark.ml.linalg import Vectors  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("gradspark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def make_df(spark, X, columns: dict, partitions: int = 2, sparse: bool = False):
+    """DataFrame with a `features` vector column plus the given 1-d columns."""
+    names = list(columns)
+    rows = []
+    for i, x in enumerate(X):
+        if sparse:
+            idx = np.flatnonzero(x)
+            vec = Vectors.sparse(len(x), idx.tolist(), x[idx].tolist())
+        else:
+            vec = Vectors.dense(x)
+        rows.append((vec, *[float(columns[n][i]) for n in names]))
+    return spark.createDataFrame(rows, ["features", *names]).repartition(partitions).cache()
+
+
+@pytest.fixture(scope="session")
+def rng():
+    return np.random.default_rng(20261202)
+
+
+@pytest.fixture(scope="session")
+def classification_data(spark):
+    """Features on very different scales and offsets, binary and 3-class labels, weights."""
+    g = np.random.default_rng(7)
+    n = 500
+    X = g.normal(size=(n, 5)) * [1.0, 3.0, 0.2, 10.0, 1.0] + [0.0, 2.0, -1.0, 5.0, 0.5]
+    z = (X - X.mean(0)) / X.std(0)
+    binary = (z @ [1.5, -1.0, 0.5, 0.8, 0.0] + g.logistic(size=n) > 0.3).astype(float)
+    multi = np.argmax(z @ g.normal(size=(5, 3)) + g.gumbel(size=(n, 3)), axis=1).astype(float)
+    weight = g.uniform(0.2, 3.0, size=n)
+    df = make_df(spark, X, {"label": binary, "multi": multi, "weight": weight})
+    return df, X, binary, multi, weight
+
+
+@pytest.fixture(scope="session")
+def regression_data(spark):
+    g = np.random.default_rng(11)
+    n = 400
+    X = g.normal(size=(n, 4)) * [1.0, 5.0, 0.3, 2.0] + [1.0, -3.0, 0.0, 10.0]
+    y = X @ [2.0, -0.4, 3.0, 0.7] + 5.0 + g.normal(scale=0.5, size=n)
+    y_outliers = y.copy()
+    y_outliers[:15] += g.normal(scale=40.0, size=15)
+    weight = g.uniform(0.5, 2.0, size=n)
+    df = make_df(spark, X, {"label": y, "noisy": y_outliers, "weight": weight})
+    return df, X, y, weight
+
+
+@pytest.fixture(scope="session")
+def sparse_data(spark):
+    """~15% dense features; the same rows as sparse and as dense vectors."""
+    g = np.random.default_rng(5)
+    n, d = 400, 30
+    X = g.normal(size=(n, d)) * (g.random((n, d)) < 0.15)
+    y = (X @ g.normal(size=d) + 0.3 * g.normal(size=n) > 0).astype(float)
+    return make_df(spark, X, {"label": y}, sparse=True), make_df(spark, X, {"label": y}), X, y
