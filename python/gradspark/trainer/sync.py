@@ -55,10 +55,11 @@ def train_sync(objective: LinearObjective, theta0: np.ndarray, config: SyncConfi
             out = _first_order(objective, theta0, config, progress)
     finally:
         progress.close()
-    if not np.all(np.isfinite(out.theta)):
+    if not (np.all(np.isfinite(out.theta)) and np.all(np.isfinite(out.objective_history))):
         raise FloatingPointError(
             f"training diverged ({config.optimizer}, stepSize={config.step_size}): "
-            "the parameters are no longer finite; lower stepSize or use optimizer='lbfgs'"
+            "the loss or the parameters are no longer finite; lower stepSize or use "
+            "optimizer='lbfgs'"
         )
     return out
 

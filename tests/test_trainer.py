@@ -1,0 +1,116 @@
+"""The distributed objective's gradient, tree aggregation, progress and logging."""
+
+import io
+import logging
+
+import numpy as np
+import pytest
+
+from gradspark import SGDLogisticRegression
+from gradspark.data.blocks import CLASS_INDEX, REAL
+from gradspark.data.dataset import TrainingData
+from gradspark.engine import PythonGradientEngine
+from gradspark.estimators.base import regularization_vectors
+from gradspark.losses import HuberLoss, MultinomialLogisticLoss
+from gradspark.trainer import LinearObjective
+from gradspark.trainer.progress import Progress
+
+
+def _objective(data, loss, k, fit_intercept, depth=2, fraction=1.0):
+    stats = data.statistics
+    obj = LinearObjective(
+        engine=PythonGradientEngine(data.blocks, loss, depth), loss=loss,
+        num_features=data.num_features, num_outputs=k, fit_intercept=fit_intercept,
+        features_mean=stats.features.mean, features_std=stats.features_std,
+        l2=np.zeros(0), l1=np.zeros(0), mini_batch_fraction=fraction, seed=5,
+    )
+    obj.l2, obj.l1 = regularization_vectors(obj.size, data.num_features, k, 0.1, 0.0, False,
+                                            stats.features_std)
+    return obj
+
+
+@pytest.mark.parametrize("loss,k,label,domain", [
+    (MultinomialLogisticLoss(), 3, "multi", CLASS_INDEX),
+    (HuberLoss(), 1, "label", REAL),
+])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_distributed_gradient_matches_finite_differences(classification_data, loss, k, label,
+                                                         domain, fit_intercept):
+    df = classification_data[0]
+    with TrainingData(df, "features", label, "weight", domain, 64, 2) as data:
+        obj = _objective(data, loss, k, fit_intercept)
+        theta = np.random.default_rng(0).normal(scale=0.3, size=obj.size)
+        if loss.num_aux:
+            theta[-1] = 1.7
+        value, grad = obj.smooth(theta)
+        h = 1e-6
+        numeric = np.array([
+            (obj.smooth(theta + h * e)[0] - obj.smooth(theta - h * e)[0]) / (2 * h)
+            for e in np.eye(obj.size)
+        ])
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7)
+
+
+def test_statistics_and_aggregation_depths_agree_with_numpy(classification_data):
+    df, X, _, multi, w = classification_data
+    with TrainingData(df, "features", "multi", "weight", CLASS_INDEX, 50, 3) as data:
+        stats = data.statistics
+        W = w.sum()
+        mean = w @ X / W
+        std = np.sqrt(w @ (X - mean) ** 2 / (W - w @ w / W))  # MLlib's unbiased weighted std
+        np.testing.assert_allclose(stats.features.mean, mean, rtol=1e-12)
+        np.testing.assert_allclose(stats.features_std, std, rtol=1e-10)
+        np.testing.assert_allclose(stats.class_weights, np.bincount(multi.astype(int), weights=w))
+        assert stats.count == len(X)
+        theta = np.random.default_rng(1).normal(size=_objective(data, MultinomialLogisticLoss(), 3,
+                                                                True).size)
+        results = [_objective(data, MultinomialLogisticLoss(), 3, True, depth).smooth(theta)
+                   for depth in (1, 2, 4)]
+    for value, grad in results[1:]:
+        assert value == pytest.approx(results[0][0], rel=1e-12)
+        np.testing.assert_allclose(grad, results[0][1], rtol=1e-10, atol=1e-14)
+
+
+def test_mini_batch_samples_the_requested_fraction(classification_data):
+    df = classification_data[0]
+    with TrainingData(df, "features", "multi", None, CLASS_INDEX, 64, 2) as data:
+        engine = PythonGradientEngine(data.blocks, MultinomialLogisticLoss())
+        coef, offset = np.zeros((5, 3)), np.zeros(3)
+        counts = [engine.gradient_sums(coef, offset, np.zeros(0), 0.25, 9, s).count
+                  for s in range(6)]
+        again = engine.gradient_sums(coef, offset, np.zeros(0), 0.25, 9, 0).count
+    n = data.statistics.count
+    assert again == counts[0]
+    assert len(set(counts)) > 1  # each step draws a new sample
+    assert abs(np.mean(counts) / n - 0.25) < 0.05
+
+
+def test_training_logs_each_step_and_keeps_history(classification_data, caplog):
+    df = classification_data[0]
+    with caplog.at_level(logging.INFO, logger="gradspark.trainer"):
+        model = SGDLogisticRegression(optimizer="sgd", stepSize=0.5, maxIter=12, tol=0.0).fit(df)
+    steps = [r for r in caplog.records if " step " in r.getMessage()]
+    assert len(steps) == 12 == len(model.summary.objectiveHistory)
+    logged = [float(r.getMessage().rsplit("loss ", 1)[1]) for r in steps]
+    np.testing.assert_allclose(logged, model.summary.objectiveHistory, rtol=1e-9)
+    assert all(b <= a for a, b in zip(logged, logged[1:]))  # full-batch GD descends
+
+
+class _Console(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_progress_bar_only_on_a_terminal():
+    tty, pipe = _Console(True), _Console(False)
+    for stream in (tty, pipe):
+        bar = Progress(4, "fit", stream=stream)
+        for i in range(1, 5):
+            bar.update(i, 1.0 / i)
+        bar.close()
+    assert "\rfit [" in tty.getvalue() and "4/4" in tty.getvalue()
+    assert pipe.getvalue() == ""
