@@ -73,7 +73,8 @@ def _first_order(
     converged = False
     step = 0
     for step in range(config.max_iter):
-        value, grad = objective.smooth(theta, step)
+        with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
+            value, grad = objective.smooth(theta, step)
         loss = value + objective.l1_penalty(theta)
         history.append(loss)
         progress.update(step + 1, loss)
