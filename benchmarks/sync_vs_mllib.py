@@ -404,6 +404,7 @@ def report(
         "estimator_iteration": estimator.per_iteration_s / base,
         "estimator_evaluation": (estimator.per_evaluation_s / base
                                  if estimator.per_evaluation_s is not None else None),
+        "read_only_pass": engine.read_only_pass_s / base,
     }
     rows = [
         ("MLlib LogisticRegression iteration", base, 1.0, mllib.per_iteration_samples_s),
@@ -414,7 +415,7 @@ def report(
         ("gradspark estimator per gradient eval", estimator.per_evaluation_s,
          ratios["estimator_evaluation"], estimator.per_evaluation_samples_s),
         ("gradspark read-only pass (no compute)", engine.read_only_pass_s,
-         engine.read_only_pass_s / base, engine.read_only_samples_s),
+         ratios["read_only_pass"], engine.read_only_samples_s),
     ]
     rule = "=" * 88
     lines = [

@@ -52,7 +52,9 @@ def train_sync(objective: LinearObjective, theta0: np.ndarray, config: SyncConfi
                 logger.info("L-BFGS stopped: %s", result.message)
             out = TrainingResult(result.theta, result.history, result.iterations, result.converged)
         else:
-            out = _first_order(objective, theta0, config, progress)
+            # Divergence is checked (and reported) below; numpy's overflow warnings are noise.
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = _first_order(objective, theta0, config, progress)
     finally:
         progress.close()
     if not (np.all(np.isfinite(out.theta)) and np.all(np.isfinite(out.objective_history))):
@@ -73,8 +75,7 @@ def _first_order(
     converged = False
     step = 0
     for step in range(config.max_iter):
-        with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
-            value, grad = objective.smooth(theta, step)
+        value, grad = objective.smooth(theta, step)
         loss = value + objective.l1_penalty(theta)
         history.append(loss)
         progress.update(step + 1, loss)
