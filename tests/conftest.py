@@ -87,3 +87,9 @@ def sparse_data(spark):
     X = g.normal(size=(n, d)) * (g.random((n, d)) < 0.15)
     y = (X @ g.normal(size=d) + 0.3 * g.normal(size=n) > 0).astype(float)
     return make_df(spark, X, {"label": y}, sparse=True), make_df(spark, X, {"label": y}), X, y
+
+
+def gradspark_cached_rdds(spark) -> list:
+    """Names of RDDs that gradspark cached and did not release."""
+    rdds = spark.sparkContext._jsc.getPersistentRDDs().values()
+    return [str(r.name()) for r in rdds if "gradspark" in str(r.name())]

@@ -6,6 +6,7 @@ import logging
 import numpy as np
 import pytest
 
+from conftest import gradspark_cached_rdds
 from gradspark import SGDLogisticRegression
 from gradspark.data.blocks import CLASS_INDEX, REAL
 from gradspark.data.dataset import TrainingData
@@ -94,6 +95,12 @@ def test_training_logs_each_step_and_keeps_history(classification_data, caplog):
     logged = [float(r.getMessage().rsplit("loss ", 1)[1]) for r in steps]
     np.testing.assert_allclose(logged, model.summary.objectiveHistory, rtol=1e-9)
     assert all(b <= a for a, b in zip(logged, logged[1:]))  # full-batch GD descends
+
+
+def test_fit_releases_its_cached_blocks(spark, classification_data):
+    df = classification_data[0]
+    SGDLogisticRegression(maxIter=5).fit(df)
+    assert gradspark_cached_rdds(spark) == []
 
 
 class _Console(io.StringIO):

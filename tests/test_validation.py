@@ -10,6 +10,8 @@ from pyspark.sql.types import DoubleType, StructField, StructType
 from gradspark import InvalidDataError, SGDLinearRegression, SGDLinearSVC, SGDLogisticRegression
 from pyspark.ml.linalg import VectorUDT
 
+from conftest import gradspark_cached_rdds
+
 SCHEMA = StructType([
     StructField("features", VectorUDT(), True),
     StructField("label", DoubleType(), True),
@@ -61,9 +63,7 @@ def test_bad_values_are_reported_with_column_and_row(spark, bad_row, estimator, 
     with pytest.raises(InvalidDataError, match=match) as info:
         estimator.fit(df)
     assert "partition" in str(info.value) and "row" in str(info.value)
-    assert spark.sparkContext._jsc.getPersistentRDDs().isEmpty() or all(
-        "gradspark" not in str(r.name()) for r in spark.sparkContext._jsc.getPersistentRDDs().values()
-    )
+    assert gradspark_cached_rdds(spark) == []  # the failed fit released its blocks
 
 
 def test_schema_problems_fail_before_any_job(spark):
