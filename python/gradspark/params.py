@@ -118,6 +118,58 @@ class HasBlockSize(Params):
         return self.getOrDefault(self.blockSize)
 
 
+class HasCheckpoints(Params):
+    checkpointDir: Param[str] = Param(
+        Params._dummy(),
+        "checkpointDir",
+        "directory (any Hadoop file system: file://, hdfs://, s3a://) for training "
+        "checkpoints; empty disables checkpointing",
+        typeConverter=TypeConverters.toString,
+    )
+    checkpointInterval: Param[int] = Param(
+        Params._dummy(),
+        "checkpointInterval",
+        "write a checkpoint every this many steps (>= 1) when checkpointDir is set",
+        typeConverter=TypeConverters.toInt,
+    )
+    keepCheckpoints: Param[int] = Param(
+        Params._dummy(),
+        "keepCheckpoints",
+        "how many of the newest checkpoints to keep (>= 1)",
+        typeConverter=TypeConverters.toInt,
+    )
+    resume: Param[bool] = Param(
+        Params._dummy(),
+        "resume",
+        "resume from the newest checkpoint in checkpointDir made by the same estimator, "
+        "Params and data",
+        typeConverter=TypeConverters.toBoolean,
+    )
+
+    checkpointData: Param[bool] = Param(
+        Params._dummy(),
+        "checkpointData",
+        "also write the cached training blocks as a reliable RDD checkpoint, so blocks "
+        "lost with an executor are re-read, not recomputed from the input's lineage",
+        typeConverter=TypeConverters.toBoolean,
+    )
+
+    def getCheckpointData(self) -> bool:
+        return self.getOrDefault(self.checkpointData)
+
+    def getCheckpointDir(self) -> str:
+        return self.getOrDefault(self.checkpointDir)
+
+    def getCheckpointInterval(self) -> int:
+        return self.getOrDefault(self.checkpointInterval)
+
+    def getKeepCheckpoints(self) -> int:
+        return self.getOrDefault(self.keepCheckpoints)
+
+    def getResume(self) -> bool:
+        return self.getOrDefault(self.resume)
+
+
 class SGDParams(
     HasFeaturesCol,
     HasLabelCol,
@@ -135,6 +187,7 @@ class SGDParams(
     HasOptimizer,
     HasMode,
     HasBlockSize,
+    HasCheckpoints,
     HasSeed,
 ):
     """Params common to every gradspark linear estimator and its model."""
@@ -157,6 +210,11 @@ class SGDParams(
             nesterov=False,
             mode="sync",
             blockSize=4096,
+            checkpointDir="",
+            checkpointInterval=10,
+            keepCheckpoints=3,
+            resume=True,
+            checkpointData=False,
             # pyspark's default seed is hash(class name), which changes with
             # PYTHONHASHSEED from process to process; a CRC is stable.
             seed=zlib.crc32(type(self).__name__.encode()),

@@ -19,6 +19,12 @@ logger = logging.getLogger(__name__)
 class TrainingData:
     """Training blocks cached for one fit, and what one pass learned about them.
 
+    With ``checkpoint_dir``, the blocks are also written as a reliable RDD
+    checkpoint (right after that pass, from the cache): the lineage is cut, so
+    blocks lost with an executor are re-read exactly as they were, rather than
+    recomputed from an input whose row order may not be reproducible (any
+    shuffle upstream). The checkpoint files are deleted on :meth:`release`.
+
     Building it runs exactly one Spark job over the input: rows are validated
     and blockified, the blocks are cached (``MEMORY_AND_DISK``, so data larger
     than storage memory spills instead of failing), and column statistics are
@@ -35,6 +41,7 @@ class TrainingData:
         label_domain: str,
         block_size: int,
         aggregation_depth: int,
+        checkpoint_dir: Optional[str] = None,
     ) -> None:
         check_schema(df, features_col, label_col, weight_col)
         self.num_features = _num_features(df, features_col)
@@ -54,6 +61,12 @@ class TrainingData:
         self.blocks: RDD = rows.mapPartitionsWithIndex(to_blocks)
         self.blocks.persist(StorageLevel.MEMORY_AND_DISK)
         self.blocks.setName(f"gradspark training blocks ({features_col}, {label_col})")
+        if checkpoint_dir:
+            sc = self.blocks.context
+            if sc.getCheckpointDir() is None:
+                sc.setCheckpointDir(checkpoint_dir)
+                logger.info("SparkContext checkpoint directory set to %s", checkpoint_dir)
+            self.blocks.checkpoint()
 
         track_classes = label_domain in (BINARY, CLASS_INDEX)
         try:
@@ -80,6 +93,11 @@ class TrainingData:
 
     def release(self) -> None:
         self.blocks.unpersist(blocking=False)
+        checkpoint_file = self.blocks.getCheckpointFile()
+        if checkpoint_file:
+            jvm = self.blocks.context._jvm
+            path = jvm.org.apache.hadoop.fs.Path(checkpoint_file)
+            path.getFileSystem(self.blocks.context._jsc.hadoopConfiguration()).delete(path, True)
 
     def __enter__(self) -> "TrainingData":
         return self

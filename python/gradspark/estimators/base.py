@@ -28,6 +28,7 @@ from pyspark.ml.util import (
 )
 from pyspark.sql import DataFrame
 
+from gradspark.checkpoints import CheckpointStore, TrainingCheckpoints, data_fingerprint
 from gradspark.data.dataset import TrainingData
 from gradspark.data.statistics import DataStatistics
 from gradspark.engine import PythonGradientEngine
@@ -118,6 +119,28 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
     def _validate_params(self) -> None:
         validate_sgd_params(self)
 
+    def _data_checkpoint_dir(self) -> Optional[str]:
+        if not self.getCheckpointData():
+            return None
+        if not self.getCheckpointDir():
+            raise ValueError("checkpointData=True needs a checkpointDir (on reliable storage)")
+        return self.getCheckpointDir().rstrip("/") + "/rdd"
+
+    def _checkpoints(
+        self, dataset: DataFrame, stats: DataStatistics, weight_col: Optional[str]
+    ) -> Optional[TrainingCheckpoints]:
+        if not self.getCheckpointDir():
+            return None
+        columns = [self.getFeaturesCol(), self.getLabelCol()] + ([weight_col] if weight_col else [])
+        store = CheckpointStore(dataset.sparkSession.sparkContext, self.getCheckpointDir(),
+                                self.getKeepCheckpoints())
+        params = {p.name: v for p, v in self.extractParamMap().items()}
+        return TrainingCheckpoints(
+            store, self.getCheckpointInterval(),
+            data_fingerprint(dataset.select(*columns).schema.json(), stats),
+            params, type(self).__name__, self.getResume(),
+        )
+
     def _fit(self, dataset: DataFrame) -> "_LinearModel":
         self._validate_params()
         weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else None
@@ -130,6 +153,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             self._label_domain(),
             self.getBlockSize(),
             self.getAggregationDepth(),
+            checkpoint_dir=self._data_checkpoint_dir(),
         )
         with data:
             stats = data.statistics
@@ -165,7 +189,9 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
                 nesterov=self.getNesterov(),
                 label=type(self).__name__,
             )
-            result = train_sync(objective, objective.initial(problem.initial_intercepts), config)
+            checkpoints = self._checkpoints(dataset, stats, weight_col)
+            result = train_sync(objective, objective.initial(problem.initial_intercepts), config,
+                                checkpoints)
             coefficients, intercepts, aux = objective.original_space(result.theta)
 
         model = self._make_model(coefficients, intercepts, aux, problem)
@@ -176,7 +202,8 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             optimizer=config.optimizer,
             numInstances=stats.count,
             weightSum=stats.weight_sum,
-            extra={"gradientEvaluations": objective.evaluations},
+            extra={"gradientEvaluations": objective.evaluations,
+                   "resumedFromStep": result.resumed_from},
         )
         self._copyValues(model)
         return model

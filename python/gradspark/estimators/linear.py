@@ -81,6 +81,11 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         nesterov: bool = False,
         mode: str = "sync",
         blockSize: int = 4096,
+        checkpointDir: str = "",
+        checkpointInterval: int = 10,
+        keepCheckpoints: int = 3,
+        resume: bool = True,
+        checkpointData: bool = False,
         seed: Optional[int] = None,
     ) -> None:
         super().__init__()

@@ -98,6 +98,11 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         nesterov: bool = False,
         mode: str = "sync",
         blockSize: int = 4096,
+        checkpointDir: str = "",
+        checkpointInterval: int = 10,
+        keepCheckpoints: int = 3,
+        resume: bool = True,
+        checkpointData: bool = False,
         seed: Optional[int] = None,
     ) -> None:
         super().__init__()

@@ -32,7 +32,7 @@ def minimize_lbfgs(
     lower: np.ndarray,
     max_iter: int,
     tol: float,
-    on_iteration: Callable[[int, float], None] = lambda i, f: None,
+    on_iteration: Callable[[int, float, np.ndarray], None] = lambda i, f, theta: None,
     memory: int = 10,
 ) -> LBFGSResult:
     n = len(theta0)
@@ -71,11 +71,11 @@ def minimize_lbfgs(
 
     def callback(intermediate_result):
         history.append(float(intermediate_result.fun))
-        on_iteration(len(history), history[-1])
+        on_iteration(len(history) - 1, history[-1], unpack(intermediate_result.x))
 
     first, _ = fun(z0)
     history.append(first)
-    on_iteration(0, first)
+    on_iteration(0, first, theta0)
     if max_iter == 0:
         return LBFGSResult(theta0, history, 0, False, "maxIter=0")
     result = minimize(

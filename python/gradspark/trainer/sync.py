@@ -2,6 +2,8 @@
 
 The driver owns the parameters and the optimizer state; executors only
 compute gradient sums of their cached blocks (see :mod:`gradspark.engine`).
+With checkpoints, the state is written every ``interval`` steps and a fit
+resumes from the newest valid one.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
+from gradspark.checkpoints import TrainingCheckpoints
 from gradspark.optim import learning_rate, make_first_order, minimize_lbfgs
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.progress import Progress
@@ -38,23 +41,24 @@ class TrainingResult:
     objective_history: List[float] = field(default_factory=list)
     iterations: int = 0
     converged: bool = False
+    resumed_from: Optional[int] = None  # checkpoint step the fit continued from
 
 
-def train_sync(objective: LinearObjective, theta0: np.ndarray, config: SyncConfig) -> TrainingResult:
+def train_sync(
+    objective: LinearObjective,
+    theta0: np.ndarray,
+    config: SyncConfig,
+    checkpoints: Optional[TrainingCheckpoints] = None,
+) -> TrainingResult:
+    resumed = checkpoints.resume_state() if checkpoints else None
     progress = Progress(config.max_iter, config.label)
     try:
         if config.optimizer == "lbfgs":
-            result = minimize_lbfgs(
-                objective.smooth, theta0, objective.l1, objective.lower_bounds(),
-                config.max_iter, config.tol, on_iteration=progress.update,
-            )
-            if not result.converged:
-                logger.info("L-BFGS stopped: %s", result.message)
-            out = TrainingResult(result.theta, result.history, result.iterations, result.converged)
+            out = _lbfgs(objective, theta0, config, progress, checkpoints, resumed)
         else:
             # Divergence is checked (and reported) below; numpy's overflow warnings are noise.
             with np.errstate(over="ignore", invalid="ignore"):
-                out = _first_order(objective, theta0, config, progress)
+                out = _first_order(objective, theta0, config, progress, checkpoints, resumed)
     finally:
         progress.close()
     if not (np.all(np.isfinite(out.theta)) and np.all(np.isfinite(out.objective_history))):
@@ -66,15 +70,52 @@ def train_sync(objective: LinearObjective, theta0: np.ndarray, config: SyncConfi
     return out
 
 
-def _first_order(
-    objective: LinearObjective, theta: np.ndarray, config: SyncConfig, progress: Progress
-) -> TrainingResult:
+def _lbfgs(objective, theta0, config, progress, checkpoints, resumed) -> TrainingResult:
+    """L-BFGS-B; a resumed fit restarts from the checkpointed weights.
+
+    scipy keeps its curvature pairs private, so a resumed run rebuilds them:
+    it reaches the same optimum (within ``tol``) but not bit-identically.
+    """
+    done, history = 0, []
+    if resumed is not None:
+        theta0, done, history = resumed.theta, resumed.step, list(resumed.history)
+        if resumed.converged or done >= config.max_iter:
+            return TrainingResult(theta0, history, done, resumed.converged, done)
+        history = history[:-1]  # the restart re-evaluates its starting point
+
+    seen: List[float] = []
+
+    def on_iteration(i: int, value: float, theta: np.ndarray) -> None:
+        seen.append(value)
+        progress.update(done + i, value)
+        if checkpoints and i > 0 and checkpoints.due(done + i):
+            checkpoints.save(done + i, theta, {}, history + seen)
+
+    result = minimize_lbfgs(
+        objective.smooth, theta0, objective.l1, objective.lower_bounds(),
+        config.max_iter - done, config.tol, on_iteration=on_iteration,
+    )
+    if not result.converged:
+        logger.info("L-BFGS stopped: %s", result.message)
+    iterations = done + result.iterations
+    history = history + result.history
+    if checkpoints:
+        checkpoints.save(iterations, result.theta, {}, history, result.converged)
+    return TrainingResult(result.theta, history, iterations, result.converged,
+                          None if resumed is None else done)
+
+
+def _first_order(objective, theta, config, progress, checkpoints, resumed) -> TrainingResult:
     optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
     state = optimizer.init(theta)
     history: List[float] = []
-    converged = False
-    step = 0
-    for step in range(config.max_iter):
+    start, converged = 0, False
+    if resumed is not None:
+        theta, start, converged = resumed.theta, resumed.step, resumed.converged
+        state = resumed.optimizer_state or state
+        history = list(resumed.history)
+    step = start - 1
+    for step in range(start, config.max_iter if not converged else start):
         value, grad = objective.smooth(theta, step)
         loss = value + objective.l1_penalty(theta)
         history.append(loss)
@@ -87,8 +128,10 @@ def _first_order(
         # MLlib's GradientDescent criterion: a small step relative to the weights.
         moved = np.linalg.norm(new_theta - theta)
         theta = new_theta
-        if moved < config.tol * max(np.linalg.norm(theta), 1.0):
-            converged = True
+        converged = moved < config.tol * max(np.linalg.norm(theta), 1.0)
+        if checkpoints and (converged or checkpoints.due(step + 1) or step + 1 == config.max_iter):
+            checkpoints.save(step + 1, theta, state, history, converged)
+        if converged:
             break
-    iterations = step + 1 if config.max_iter else 0
-    return TrainingResult(theta, history, iterations, converged)
+    return TrainingResult(theta, history, max(step + 1, start), converged,
+                          None if resumed is None else start)

@@ -1,0 +1,112 @@
+"""Checkpointing of one fit: when to write, and whether a checkpoint may be resumed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from gradspark.checkpoints.format import TrainingState
+from gradspark.checkpoints.store import CheckpointStore
+from gradspark.data.statistics import DataStatistics
+
+logger = logging.getLogger(__name__)
+
+# Params that may change between the killed run and its resumption: they do not
+# change the optimization path (maxIter may grow to train longer).
+_RESUMABLE_CHANGES = frozenset({
+    "maxIter", "checkpointDir", "checkpointInterval", "keepCheckpoints", "resume",
+    "checkpointData",
+    "predictionCol", "rawPredictionCol", "probabilityCol", "threshold",
+})
+
+
+def data_fingerprint(schema_json: str, stats: DataStatistics) -> str:
+    """Schema + row count + weighted column moments, hashed.
+
+    The moments come from the statistics pass every fit already makes, so the
+    fingerprint costs nothing extra; they are rounded to 12 significant digits
+    so that a different summation order (another partitioning) still matches.
+    """
+    def rounded(values) -> list:
+        return [float(f"{v:.12g}") for v in np.atleast_1d(values)]
+
+    doc = {
+        "schema": schema_json,
+        "count": stats.count,
+        "weight_sum": rounded(stats.weight_sum),
+        "mean": rounded(stats.features.mean),
+        "m2": rounded(stats.features.m2),
+        "label_mean": rounded(stats.label.mean),
+        "label_m2": rounded(stats.label.m2),
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def params_signature(params: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in sorted(params.items()) if k not in _RESUMABLE_CHANGES}
+
+
+class TrainingCheckpoints:
+    """Writes a checkpoint every ``interval`` steps and finds the one to resume."""
+
+    def __init__(
+        self, store: CheckpointStore, interval: int, fingerprint: str,
+        params: Dict[str, Any], estimator: str, resume: bool = True,
+    ) -> None:
+        if interval < 1:
+            raise ValueError(f"checkpointInterval must be >= 1 with a checkpointDir, got {interval}")
+        self.store = store
+        self.interval = interval
+        self.resume = resume
+        self.meta = {
+            "estimator": estimator,
+            "fingerprint": fingerprint,
+            "params": params_signature(params),
+        }
+
+    def resume_state(self) -> Optional[TrainingState]:
+        if not self.resume:
+            return None
+        found = self.store.latest()
+        if found is None:
+            return None
+        step, state = found
+        where = self.store.directory.toString()
+        if state.meta.get("estimator") != self.meta["estimator"]:
+            raise ValueError(
+                f"checkpointDir {where} holds a checkpoint of {state.meta.get('estimator')}, "
+                f"not {self.meta['estimator']}; use another checkpointDir or resume=False"
+            )
+        if state.meta.get("fingerprint") != self.meta["fingerprint"]:
+            raise ValueError(
+                f"checkpointDir {where} holds a checkpoint for different training data "
+                "(schema, row count or content changed); refusing to resume. Use another "
+                "checkpointDir, or resume=False to start over"
+            )
+        if state.meta.get("params") != self.meta["params"]:
+            old, new = state.meta.get("params", {}), self.meta["params"]
+            changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            raise ValueError(
+                f"checkpointDir {where} holds a checkpoint made with other Params "
+                f"(changed: {changed}); refusing to resume. Use another checkpointDir, "
+                "or resume=False to start over"
+            )
+        logger.warning("resuming %s from checkpoint step %d in %s",
+                       self.meta["estimator"], step, where)
+        return state
+
+    def due(self, step: int) -> bool:
+        return step % self.interval == 0
+
+    def save(self, step: int, theta, optimizer_state, history, converged: bool = False) -> None:
+        state = TrainingState(
+            step=step, theta=np.asarray(theta, dtype=np.float64),
+            optimizer_state=dict(optimizer_state), history=np.asarray(history, dtype=np.float64),
+            converged=converged, meta=self.meta,
+        )
+        path = self.store.write(state)
+        logger.info("checkpoint step %d written to %s", step, path)
