@@ -47,7 +47,10 @@ def data_fingerprint(schema_json: str, stats: DataStatistics) -> str:
 
 
 def params_signature(params: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in sorted(params.items()) if k not in _RESUMABLE_CHANGES}
+    free = _RESUMABLE_CHANGES
+    if params.get("learningRateSchedule") == "cosine":
+        free = free - {"maxIter"}  # the cosine schedule anneals over maxIter steps
+    return {k: v for k, v in sorted(params.items()) if k not in free}
 
 
 class TrainingCheckpoints:
