@@ -14,6 +14,8 @@ import pytest
 from conftest import make_df
 from gradspark import SGDLinearRegression, SGDLogisticRegression
 from gradspark.checkpoints import CheckpointStore, CorruptCheckpointError, TrainingState
+from gradspark.data.blocks import BINARY
+from gradspark.data.dataset import TrainingData
 
 HERE = os.path.dirname(__file__)
 
@@ -151,13 +153,20 @@ def test_executor_killed_mid_fit_gives_the_same_model(tmp_path):
     assert result["equal"], result
 
 
-def test_data_checkpoint_is_written_and_removed(classification_data, tmp_path):
+def test_data_checkpoint_is_written_and_removed(spark, classification_data, tmp_path):
     df = classification_data[0]
     with pytest.raises(ValueError, match="checkpointData=True needs a checkpointDir"):
         SGDLogisticRegression(checkpointData=True).fit(df)
+    data = TrainingData(df, "features", "label", None, BINARY, 64, 2,
+                        checkpoint_dir=str(tmp_path / "rdd"))
+    assert data.blocks.isCheckpointed()  # written by the statistics pass itself
+    written = list((tmp_path / "rdd").rglob("part-*"))
+    assert len(written) == df.rdd.getNumPartitions()
+    assert data.blocks.map(lambda b: len(b.labels)).sum() == data.statistics.count
+    data.release()
+    assert not any(p.exists() for p in written)
+    # a fit with checkpointData gives the same model as one without
     model = SGDLogisticRegression(maxIter=5, checkpointData=True,
                                   checkpointDir=str(tmp_path / "ck")).fit(df)
     reference = SGDLogisticRegression(maxIter=5).fit(df)
     np.testing.assert_array_equal(model.coefficients.toArray(), reference.coefficients.toArray())
-    leftovers = [p for p in (tmp_path / "ck").rglob("part-*")]
-    assert leftovers == []

@@ -114,8 +114,9 @@ def _first_order(objective, theta, config, progress, checkpoints, resumed) -> Tr
         theta, start, converged = resumed.theta, resumed.step, resumed.converged
         state = resumed.optimizer_state or state
         history = list(resumed.history)
-    step = start - 1
-    for step in range(start, config.max_iter if not converged else start):
+    done = start
+    for step in range(start, start if converged else config.max_iter):
+        done = step + 1
         value, grad = objective.smooth(theta, step)
         loss = value + objective.l1_penalty(theta)
         history.append(loss)
@@ -129,9 +130,8 @@ def _first_order(objective, theta, config, progress, checkpoints, resumed) -> Tr
         moved = np.linalg.norm(new_theta - theta)
         theta = new_theta
         converged = moved < config.tol * max(np.linalg.norm(theta), 1.0)
-        if checkpoints and (converged or checkpoints.due(step + 1) or step + 1 == config.max_iter):
-            checkpoints.save(step + 1, theta, state, history, converged)
+        if checkpoints and (converged or checkpoints.due(done) or done == config.max_iter):
+            checkpoints.save(done, theta, state, history, converged)
         if converged:
             break
-    return TrainingResult(theta, history, max(step + 1, start), converged,
-                          None if resumed is None else start)
+    return TrainingResult(theta, history, done, converged, None if resumed is None else start)
