@@ -28,7 +28,7 @@ from pyspark.ml.param.shared import (
 
 OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam")
 SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")
-MODES = ("sync",)
+MODES = ("sync", "async")
 
 
 def _one_of(name: str, allowed: tuple[str, ...]):
@@ -98,12 +98,43 @@ class HasMode(Params):
     mode: Param[str] = Param(
         Params._dummy(),
         "mode",
-        "training mode: 'sync' (bulk-synchronous, treeAggregate per step)",
+        "training mode: 'sync' (bulk-synchronous, one treeAggregate per step) or 'async' "
+        "(workers push gradients to a parameter server on the driver, bounded staleness)",
         typeConverter=_one_of("mode", MODES),
+    )
+    maxStaleness: Param[int] = Param(
+        Params._dummy(),
+        "maxStaleness",
+        "async mode: how many steps a worker may run ahead of the slowest one (SSP); "
+        "0 is bulk-synchronous, -1 removes the bound (Hogwild-style)",
+        typeConverter=TypeConverters.toInt,
+    )
+    workerTimeout: Param[float] = Param(
+        Params._dummy(),
+        "workerTimeout",
+        "async mode: seconds a worker may go unheard of (not started, lost, hung) before "
+        "it stops holding the others back; it rejoins when it comes back",
+        typeConverter=TypeConverters.toFloat,
+    )
+    parameterServerHost: Param[str] = Param(
+        Params._dummy(),
+        "parameterServerHost",
+        "async mode: the driver address the parameter server binds, reachable from the "
+        "executors; empty uses spark.driver.host",
+        typeConverter=TypeConverters.toString,
     )
 
     def getMode(self) -> str:
         return self.getOrDefault(self.mode)
+
+    def getMaxStaleness(self) -> int:
+        return self.getOrDefault(self.maxStaleness)
+
+    def getWorkerTimeout(self) -> float:
+        return self.getOrDefault(self.workerTimeout)
+
+    def getParameterServerHost(self) -> str:
+        return self.getOrDefault(self.parameterServerHost)
 
 
 class HasBlockSize(Params):
@@ -209,6 +240,9 @@ class SGDParams(
             momentum=0.0,
             nesterov=False,
             mode="sync",
+            maxStaleness=2,
+            workerTimeout=300.0,
+            parameterServerHost="",
             blockSize=4096,
             checkpointDir="",
             checkpointInterval=10,
@@ -231,6 +265,18 @@ def validate_sgd_params(params: SGDParams) -> None:
             "optimizer='lbfgs' needs full-batch gradients (miniBatchFraction=1.0); "
             "use optimizer='sgd', 'adagrad' or 'adam' for mini-batches"
         )
+    if params.getMode() == "async":
+        if params.getOptimizer() == "lbfgs":
+            raise ValueError(
+                "mode='async' needs a first-order optimizer: set optimizer='sgd', 'adagrad' "
+                "or 'adam' (lbfgs, the default, is sync-only)"
+            )
+        if params.getMaxStaleness() < -1:
+            raise ValueError(
+                f"maxStaleness must be >= 0, or -1 for no bound; got {params.getMaxStaleness()}"
+            )
+        if params.getWorkerTimeout() <= 0:
+            raise ValueError(f"workerTimeout must be > 0, got {params.getWorkerTimeout()}")
     if params.getMaxIter() < 0:
         raise ValueError(f"maxIter must be >= 0, got {params.getMaxIter()}")
     if params.getRegParam() < 0:

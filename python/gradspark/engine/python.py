@@ -14,6 +14,7 @@ from pyspark import RDD
 
 from gradspark.data.blocks import sample_block
 from gradspark.engine.sums import GradientSums, add_sums
+from gradspark.faults import fault_plan
 from gradspark.losses import Loss
 
 
@@ -65,8 +66,13 @@ class PythonGradientEngine:
         state = sc.broadcast((coef, offset, aux))
         loss = self.loss
         sampled = fraction < 1.0
+        faults = fault_plan()
 
         def compute(partition, iterator):
+            if faults is not None:
+                from pyspark import TaskContext
+
+                faults.before_batch(partition, step, TaskContext.get().attemptNumber())
             b, c, a = state.value
             rng = np.random.default_rng([seed & 0xFFFFFFFF, step, partition]) if sampled else None
             yield partition_sums(iterator, loss, b, c, a, fraction, rng)

@@ -32,6 +32,24 @@ class GradientSums(NamedTuple):
             self.count + other.count,
         )
 
+    def vector(self) -> np.ndarray:
+        """The array part, flattened for the wire: ``xtg`` (row-major), ``gsum``, ``d_aux``."""
+        return np.concatenate([self.xtg.ravel(), self.gsum, self.d_aux])
+
+    @classmethod
+    def from_vector(
+        cls, vector: np.ndarray, num_features: int, num_outputs: int,
+        loss_sum: float, weight_sum: float, count: int,
+    ) -> "GradientSums":
+        d, k = num_features, num_outputs
+        return cls(vector[: d * k].reshape(d, k), vector[d * k: d * k + k], vector[d * k + k:],
+                   loss_sum, weight_sum, count)
+
+    @classmethod
+    def zeros(cls, num_features: int, num_outputs: int, num_aux: int) -> "GradientSums":
+        return cls(np.zeros((num_features, num_outputs)), np.zeros(num_outputs),
+                   np.zeros(num_aux), 0.0, 0.0, 0)
+
 
 def add_sums(a: Optional[GradientSums], b: Optional[GradientSums]) -> Optional[GradientSums]:
     """treeAggregate combiner; ``None`` is the empty partition."""

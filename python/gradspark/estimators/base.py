@@ -3,7 +3,7 @@
 ``_SGDLinearEstimator._fit`` does what every linear estimator needs:
 validate Params, cache validated blocks and their statistics in one pass,
 build the MLlib-equivalent objective in the standardized space, train on the
-driver (sync mode), map the solution back to the input's units and hand it
+driver (sync steps or the async parameter server), map the solution back to the input's units and hand it
 to the subclass's model. Subclasses say only what differs: the label
 domain, the loss, and how to turn coefficients into a model.
 """
@@ -34,7 +34,7 @@ from gradspark.data.statistics import DataStatistics
 from gradspark.engine import PythonGradientEngine
 from gradspark.losses import Loss
 from gradspark.params import SGDParams, validate_sgd_params
-from gradspark.trainer import LinearObjective, SyncConfig, train_sync
+from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +141,23 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             params, type(self).__name__, self.getResume(),
         )
 
+    def _trainer_config(self) -> SyncConfig:
+        common = dict(
+            optimizer=self.getOptimizer(),
+            max_iter=self.getMaxIter(),
+            tol=self.getTol(),
+            step_size=self.getStepSize(),
+            schedule=self.getLearningRateSchedule(),
+            momentum=self.getMomentum(),
+            nesterov=self.getNesterov(),
+            label=type(self).__name__,
+        )
+        if self.getMode() == "async":
+            return AsyncConfig(max_staleness=self.getMaxStaleness(),
+                               worker_timeout=self.getWorkerTimeout(),
+                               host=self.getParameterServerHost(), **common)
+        return SyncConfig(**common)
+
     def _fit(self, dataset: DataFrame) -> "_LinearModel":
         self._validate_params()
         weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else None
@@ -179,19 +196,13 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
                 objective.size, num_features, problem.num_outputs, problem.reg_param,
                 self.getElasticNetParam(), self.getStandardization(), stats.features_std,
             )
-            config = SyncConfig(
-                optimizer=self.getOptimizer(),
-                max_iter=self.getMaxIter(),
-                tol=self.getTol(),
-                step_size=self.getStepSize(),
-                schedule=self.getLearningRateSchedule(),
-                momentum=self.getMomentum(),
-                nesterov=self.getNesterov(),
-                label=type(self).__name__,
-            )
+            config = self._trainer_config()
             checkpoints = self._checkpoints(dataset, stats, weight_col)
-            result = train_sync(objective, objective.initial(problem.initial_intercepts), config,
-                                checkpoints)
+            theta0 = objective.initial(problem.initial_intercepts)
+            if isinstance(config, AsyncConfig):
+                result = train_async(objective, theta0, config, data.blocks, checkpoints)
+            else:
+                result = train_sync(objective, theta0, config, checkpoints)
             coefficients, intercepts, aux = objective.original_space(result.theta)
 
         model = self._make_model(coefficients, intercepts, aux, problem)
@@ -202,8 +213,8 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             optimizer=config.optimizer,
             numInstances=stats.count,
             weightSum=stats.weight_sum,
-            extra={"gradientEvaluations": objective.evaluations,
-                   "resumedFromStep": result.resumed_from},
+            extra={"mode": self.getMode(), "gradientEvaluations": objective.evaluations,
+                   "resumedFromStep": result.resumed_from, **result.metrics},
         )
         self._copyValues(model)
         return model

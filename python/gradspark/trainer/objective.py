@@ -100,6 +100,10 @@ class LinearObjective:
             seed=self.seed, step=step or 0,
         )
         self.evaluations += 1
+        return self.data_term_from_sums(theta, sums)
+
+    def data_term_from_sums(self, theta: np.ndarray, sums: Optional[GradientSums]):
+        """Weighted mean loss and gradient w.r.t. ``theta`` from raw-space sums."""
         if sums is None or sums.weight_sum <= 0:
             return 0.0, np.zeros_like(theta)  # an empty mini-batch moves nothing
         xtg = sums.xtg - np.outer(self.features_mean, sums.gsum) if self.fit_intercept \
@@ -113,10 +117,23 @@ class LinearObjective:
 
     def smooth(self, theta: np.ndarray, step: Optional[int] = None):
         """Data term plus L2 (everything but the L1 part)."""
-        value, grad = self.data_term(theta, step)
-        value += 0.5 * float(self.l2 @ theta**2)
-        grad = grad + self.l2 * theta
-        return value, grad
+        return self._add_l2(theta, *self.data_term(theta, step))
+
+    def smooth_from_sums(self, theta: np.ndarray, sums: Optional[GradientSums]):
+        """:meth:`smooth` from sums computed elsewhere (the parameter server's workers)."""
+        return self._add_l2(theta, *self.data_term_from_sums(theta, sums))
+
+    def _add_l2(self, theta: np.ndarray, value: float, grad: np.ndarray):
+        return value + 0.5 * float(self.l2 @ theta**2), grad + self.l2 * theta
+
+    # -- the wire form of the linear map (parameter server <-> workers) ----
+    def map_vector(self, theta: np.ndarray) -> np.ndarray:
+        coef, offset, aux = self.linear_map(theta)
+        return np.concatenate([coef.ravel(), offset, aux])
+
+    @property
+    def map_size(self) -> int:
+        return self.num_coefficients + self.num_outputs + self.loss.num_aux
 
     def l1_penalty(self, theta: np.ndarray) -> float:
         return float(self.l1 @ np.abs(theta))

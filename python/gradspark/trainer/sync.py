@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -42,6 +42,7 @@ class TrainingResult:
     iterations: int = 0
     converged: bool = False
     resumed_from: Optional[int] = None  # checkpoint step the fit continued from
+    metrics: Dict[str, Any] = field(default_factory=dict)  # mode-specific (async: staleness, ...)
 
 
 def train_sync(
@@ -61,13 +62,29 @@ def train_sync(
                 out = _first_order(objective, theta0, config, progress, checkpoints, resumed)
     finally:
         progress.close()
-    if not (np.all(np.isfinite(out.theta)) and np.all(np.isfinite(out.objective_history))):
+    check_finite(out, config)
+    return out
+
+
+def check_finite(result: TrainingResult, config: SyncConfig) -> None:
+    """A diverged fit is an error, never a model with NaN coefficients."""
+    if not (np.all(np.isfinite(result.theta)) and np.all(np.isfinite(result.objective_history))):
         raise FloatingPointError(
             f"training diverged ({config.optimizer}, stepSize={config.step_size}): "
             "the loss or the parameters are no longer finite; lower stepSize or use "
             "optimizer='lbfgs'"
         )
-    return out
+
+
+def first_order_update(objective: LinearObjective, optimizer, theta, grad, state, lr: float):
+    """One optimizer step followed by the projection onto the parameters' domain."""
+    new_theta, state = optimizer.update(theta, grad, state, lr, objective.l1)
+    return objective.project(new_theta), state
+
+
+def small_step(old: np.ndarray, new: np.ndarray, tol: float) -> bool:
+    """MLlib's GradientDescent criterion: a small step relative to the weights."""
+    return bool(np.linalg.norm(new - old) < tol * max(np.linalg.norm(new), 1.0))
 
 
 def _lbfgs(objective, theta0, config, progress, checkpoints, resumed) -> TrainingResult:
@@ -124,12 +141,9 @@ def _first_order(objective, theta, config, progress, checkpoints, resumed) -> Tr
         if not math.isfinite(loss):
             break
         lr = learning_rate(config.schedule, config.step_size, step, config.max_iter)
-        new_theta, state = optimizer.update(theta, grad, state, lr, objective.l1)
-        new_theta = objective.project(new_theta)
-        # MLlib's GradientDescent criterion: a small step relative to the weights.
-        moved = np.linalg.norm(new_theta - theta)
+        new_theta, state = first_order_update(objective, optimizer, theta, grad, state, lr)
+        converged = small_step(theta, new_theta, config.tol)
         theta = new_theta
-        converged = moved < config.tol * max(np.linalg.norm(theta), 1.0)
         if checkpoints and (converged or checkpoints.due(done) or done == config.max_iter):
             checkpoints.save(done, theta, state, history, converged)
         if converged:

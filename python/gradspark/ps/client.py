@@ -1,0 +1,93 @@
+"""The worker's side of the parameter-server protocol (runs inside a Spark task)."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import time
+from typing import NamedTuple, Tuple
+
+import numpy as np
+
+from gradspark.ps.wire import (
+    FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, session_key,
+)
+
+
+class Weights(NamedTuple):
+    clock: int  # the step this worker is at (the server's count of its pushes)
+    version: int  # updates the server had applied
+    stop: bool  # the fit is over (converged, budget spent or failed): stop working
+    vector: np.ndarray
+
+
+class ParameterClient:
+    """Connect, authenticate as ``worker``, then pull weights and push gradients."""
+
+    def __init__(self, address: Tuple[str, int], secret: bytes, worker: int, attempt: int = 0,
+                 connect_timeout: float = 30.0) -> None:
+        self.worker = worker
+        self.sock = _connect(address, connect_timeout)
+        try:
+            self.start_clock, self.vector_size = self._handshake(secret, attempt)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def _handshake(self, secret: bytes, attempt: int) -> Tuple[int, int]:
+        channel = Channel(self.sock, secret, HANDSHAKE_LIMIT)
+        challenge = channel.expect(Kind.CHALLENGE)
+        (server_nonce,) = challenge.fields
+        channel.context = server_nonce
+        client_nonce = secrets.token_bytes(NONCE_SIZE)
+        channel.send(Kind.HELLO, (self.worker, attempt, client_nonce))
+        channel.key = session_key(secret, server_nonce, client_nonce)
+        welcome = channel.expect(Kind.WELCOME)
+        start, size = welcome.fields
+        channel.limit = FIELDS[Kind.WEIGHTS].size + 8 * size
+        self.channel = channel
+        return start, size
+
+    def pull(self) -> Weights:
+        """Blocks while this worker is too far ahead of the slowest one."""
+        self.channel.send(Kind.PULL)
+        message = self.channel.expect(Kind.WEIGHTS)
+        clock, version, stop = message.fields
+        return Weights(clock, version, bool(stop), message.array)
+
+    def push(self, clock: int, version: int, loss_sum: float, weight_sum: float, count: int,
+             vector: np.ndarray) -> bool:
+        """False when the server dropped the gradient as stale (the worker was evicted)."""
+        self.channel.send(Kind.PUSH, (clock, version, loss_sum, weight_sum, count),
+                          np.asarray(vector, dtype=np.float64))
+        return bool(self.channel.expect(Kind.ACK).fields[0])
+
+    def done(self) -> None:
+        self.channel.send(Kind.DONE)
+        self.channel.expect(Kind.ACK)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "ParameterClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _connect(address: Tuple[str, int], timeout: float) -> socket.socket:
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        try:
+            sock = socket.create_connection(address, timeout=timeout)
+            sock.settimeout(None)  # a pull may wait on the staleness bound for long
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError:
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 1.0)
+

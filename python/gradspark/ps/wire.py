@@ -1,0 +1,174 @@
+"""The parameter server's wire format: authenticated, length-prefixed binary frames.
+
+A frame is a 12-byte header, a payload and a 32-byte HMAC-SHA256 tag::
+
+    header  = magic "GSPS" | version u8 | kind u8 | dtype u8 | pad u8 | payload length u32
+    payload = fixed-size fields of the kind (network order) | array bytes (little-endian)
+    tag     = HMAC(key, context | sequence u64 | header | payload)
+
+Nothing is unpickled: arrays are ``float64``/``float32`` buffers read with
+``np.frombuffer``. The length prefix is checked against a per-connection limit
+before anything is allocated. The handshake proves both ends hold the per-fit
+secret without sending it; each direction numbers its frames, so a frame cannot
+be replayed, reordered or moved to another connection::
+
+    server -> CHALLENGE(server nonce)          tagged with the secret
+    client -> HELLO(worker, attempt, nonce)    tagged with the secret, context = server nonce
+    both:  key = HMAC(secret, server nonce | client nonce); later frames use it
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+MAGIC = b"GSPS"
+VERSION = 1
+HEADER = struct.Struct("!4sBBBxI")
+TAG_SIZE = 32
+NONCE_SIZE = 32
+HANDSHAKE_LIMIT = 256  # payload bytes allowed before a connection has authenticated
+
+
+class Kind(enum.IntEnum):
+    CHALLENGE = 1
+    HELLO = 2
+    WELCOME = 3
+    PULL = 4
+    WEIGHTS = 5
+    PUSH = 6
+    ACK = 7
+    DONE = 8
+    ERROR = 9
+
+
+# The fixed fields of each kind; whatever follows them is the array (or ERROR's text).
+FIELDS = {
+    Kind.CHALLENGE: struct.Struct(f"!{NONCE_SIZE}s"),
+    Kind.HELLO: struct.Struct(f"!II{NONCE_SIZE}s"),  # worker, task attempt, client nonce
+    Kind.WELCOME: struct.Struct("!QQ"),  # clock to start at, vector length
+    Kind.PULL: struct.Struct("!"),
+    Kind.WEIGHTS: struct.Struct("!QQB"),  # worker's clock, version (updates applied), stop
+    Kind.PUSH: struct.Struct("!QQddQ"),  # clock, version pulled, loss sum, weight sum, rows
+    Kind.ACK: struct.Struct("!B"),  # accepted
+    Kind.DONE: struct.Struct("!"),
+    Kind.ERROR: struct.Struct("!"),
+}
+
+DTYPES = {0: None, 1: np.dtype("<f8"), 2: np.dtype("<f4")}
+DTYPE_CODES = {np.dtype("<f8"): 1, np.dtype("<f4"): 2}
+
+
+class ProtocolError(Exception):
+    """A frame that is malformed, unauthenticated, oversized or out of order."""
+
+
+@dataclass
+class Message:
+    kind: Kind
+    fields: Tuple
+    array: Optional[np.ndarray] = None
+    text: str = ""
+
+
+def tag(key: bytes, context: bytes, sequence: int, header: bytes, payload: bytes) -> bytes:
+    mac = hmac.new(key, context, hashlib.sha256)
+    mac.update(sequence.to_bytes(8, "big"))
+    mac.update(header)
+    mac.update(payload)
+    return mac.digest()
+
+
+def session_key(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
+    return hmac.new(secret, server_nonce + client_nonce, hashlib.sha256).digest()
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    received = 0
+    while received < size:
+        n = sock.recv_into(view[received:])
+        if n == 0:
+            if received == 0 and size == HEADER.size:
+                raise EOFError("connection closed")
+            raise ProtocolError(f"truncated frame: connection closed after {received} of "
+                                f"{size} bytes")
+        received += n
+    return bytes(buffer)
+
+
+class Channel:
+    """One side of a connection: frames out and in, tagged and numbered."""
+
+    def __init__(self, sock: socket.socket, key: bytes, limit: int = HANDSHAKE_LIMIT) -> None:
+        self.sock = sock
+        self.key = key
+        self.context = b""
+        self.limit = limit  # largest payload accepted, checked before reading it
+        self.sent = 0
+        self.received = 0
+
+    def send(self, kind: Kind, fields: Tuple = (), array: Optional[np.ndarray] = None,
+             text: str = "") -> None:
+        body = b""
+        dtype = 0
+        if array is not None:
+            array = np.ascontiguousarray(array)
+            dtype = DTYPE_CODES[array.dtype.newbyteorder("<")]
+            body = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        elif text:
+            body = text.encode("utf-8", "replace")
+        payload = FIELDS[kind].pack(*fields) + body
+        header = HEADER.pack(MAGIC, VERSION, int(kind), dtype, len(payload))
+        mac = tag(self.key, self.context, self.sent, header, payload)
+        self.sock.sendall(header + payload + mac)
+        self.sent += 1
+
+    def recv(self) -> Message:
+        header = _recv_exactly(self.sock, HEADER.size)
+        magic, version, kind, dtype, length = HEADER.unpack(header)
+        if magic != MAGIC or version != VERSION:
+            raise ProtocolError("not a gradspark frame (bad magic or version)")
+        if kind not in Kind._value2member_map_ or dtype not in DTYPES:
+            raise ProtocolError(f"unknown frame kind {kind} or dtype {dtype}")
+        if length > self.limit:
+            raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self.limit}")
+        payload = _recv_exactly(self.sock, length)
+        mac = _recv_exactly(self.sock, TAG_SIZE)
+        if not hmac.compare_digest(mac, tag(self.key, self.context, self.received, header,
+                                            payload)):
+            raise ProtocolError("authentication failed (bad tag)")
+        self.received += 1
+        kind = Kind(kind)
+        layout = FIELDS[kind]
+        if len(payload) < layout.size:
+            raise ProtocolError(f"{kind.name} frame too short ({len(payload)} bytes)")
+        fields, body = layout.unpack_from(payload), payload[layout.size:]
+        if kind == Kind.ERROR:
+            return Message(kind, fields, text=body.decode("utf-8", "replace"))
+        array = None
+        if dtype:
+            itemsize = DTYPES[dtype].itemsize
+            if len(body) % itemsize:
+                raise ProtocolError(f"{kind.name} array of {len(body)} bytes is not a whole "
+                                    f"number of {itemsize}-byte values")
+            array = np.frombuffer(body, dtype=DTYPES[dtype]).astype(np.float64)
+        elif body:
+            raise ProtocolError(f"{kind.name} frame has {len(body)} unexpected bytes")
+        return Message(kind, fields, array)
+
+    def expect(self, *kinds: Kind) -> Message:
+        message = self.recv()
+        if message.kind == Kind.ERROR and Kind.ERROR not in kinds:
+            raise ProtocolError(f"peer reported an error: {message.text}")
+        if message.kind not in kinds:
+            raise ProtocolError(f"expected {[k.name for k in kinds]}, got {message.kind.name}")
+        return message

@@ -1,0 +1,331 @@
+"""Asynchronous training: workers push gradients to the driver's parameter server (SSP).
+
+Workers are long-running Spark tasks, one per partition of the cached blocks,
+coalesced to the number of task slots: SSP waits for every worker, so all of
+them must run at once (a worker without a slot would hold the others back
+until ``workerTimeout`` took it out of the clock). A worker keeps its blocks
+in memory for the whole fit and loops: pull the weights (waiting while it is
+more than ``maxStaleness`` steps ahead of the slowest worker), compute the
+gradient sums of a mini-batch of its rows (``miniBatchFraction``, sampled from
+``(seed, step, worker)``), push them.
+
+The server applies the same optimizers as sync mode:
+
+* ``maxStaleness = 0`` (bulk-synchronous): a step's pushes are summed in
+  worker order and applied as one update once every worker has pushed -- the
+  same arithmetic as a sync step, so the result matches sync mode.
+* otherwise each push is one update, with the mean gradient of that worker's
+  batch, applied on arrival (asynchronous SGD); the learning-rate schedule
+  advances per step, not per push.
+
+A step's loss enters the history (and the progress log, the convergence test
+and the checkpoints) once every worker still in the clock has passed it. It is
+measured on the weights each worker pulled, so with staleness it lags slightly.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import numpy as np
+from pyspark import RDD
+
+from gradspark.checkpoints import TrainingCheckpoints
+from gradspark.engine.python import partition_sums
+from gradspark.engine.sums import GradientSums, add_sums
+from gradspark.faults import fault_plan
+from gradspark.optim import learning_rate, make_first_order
+from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
+from gradspark.trainer.objective import LinearObjective
+from gradspark.trainer.progress import Progress
+from gradspark.trainer.sync import (
+    SyncConfig, TrainingResult, check_finite, first_order_update, small_step,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AsyncConfig(SyncConfig):
+    max_staleness: int = 2  # < 0: no bound
+    worker_timeout: float = 300.0
+    host: str = ""  # address the server binds; "" = spark.driver.host
+
+
+class _Running:
+    """Count, sum and max of an observed quantity."""
+
+    def __init__(self) -> None:
+        self.count, self.total, self.max = 0, 0.0, 0
+
+    def add(self, value: int) -> None:
+        self.count += 1
+        self.total += value
+        self.max = max(self.max, value)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+
+class AsyncTraining:
+    """The parameter server's state and update rule (its :class:`~gradspark.ps.server.Handler`).
+
+    Every method runs on a server connection thread and holds ``self.lock``.
+    """
+
+    def __init__(self, objective: LinearObjective, theta: np.ndarray, config: AsyncConfig,
+                 num_workers: int, checkpoints: Optional[TrainingCheckpoints] = None,
+                 resumed=None, progress: Optional[Progress] = None) -> None:
+        self.objective = objective
+        self.config = config
+        self.checkpoints = checkpoints
+        self.progress = progress or Progress(config.max_iter, config.label)
+        self.optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
+        self.theta = np.array(theta, dtype=np.float64)
+        self.state = self.optimizer.init(self.theta)
+        self.history = []
+        self.converged = False
+        start = 0
+        if resumed is not None:
+            self.theta, start, self.converged = resumed.theta, resumed.step, resumed.converged
+            self.state = resumed.optimizer_state or self.state
+            self.history = list(resumed.history)
+        self.resumed_from = None if resumed is None else start
+        self.bulk_synchronous = config.max_staleness == 0
+        self.clock = StalenessClock(num_workers, config.max_staleness, config.worker_timeout,
+                                    start)
+        self.lock = threading.Condition()
+        self.vector_size = objective.map_size
+        self.version = 0  # updates applied
+        self.next_step = start  # first step whose loss is not yet recorded
+        self.pending: Dict[int, Dict[int, GradientSums]] = {}
+        self.step_start_theta = self.theta.copy()
+        self.stopped = self.converged or start >= config.max_iter
+        self.started = time.monotonic()
+        self.staleness = _Running()  # steps ahead of the slowest worker, at each pull
+        self.update_delay = _Running()  # updates applied between a pull and its push
+        self.worker_updates = [0] * num_workers
+        self.stale_dropped = 0
+        self.evictions = 0
+        self.reconnects = 0
+
+    # -- Handler -----------------------------------------------------------
+    def on_hello(self, worker: int, attempt: int) -> int:
+        with self.lock:
+            start = self.clock.join(worker)
+            if attempt > 0:
+                self.reconnects += 1
+                logger.warning("worker %d (task attempt %d) reconnected at step %d",
+                               worker, attempt, start)
+            return start
+
+    def on_pull(self, worker: int):
+        with self.lock:
+            self.clock.join(worker)
+            self.clock.waiting[worker] += 1
+            try:
+                while not self._finished(worker) and not self.clock.may_proceed(worker):
+                    self.lock.wait(timeout=min(1.0, self.config.worker_timeout / 4))
+                    if self.clock.evict_silent():
+                        self.evictions += 1
+                        self._record_ready_steps()
+                        self.lock.notify_all()
+            finally:
+                self.clock.waiting[worker] -= 1
+            self.clock.touch(worker)
+            stop = self._finished(worker)
+            if not stop:
+                self.staleness.add(self.clock.lead(worker))
+            return (self.clock.clocks[worker], self.version, stop,
+                    self.objective.map_vector(self.theta))
+
+    def on_push(self, worker: int, clock: int, version: int, loss_sum: float,
+                weight_sum: float, count: int, vector: np.ndarray) -> bool:
+        with self.lock, np.errstate(over="ignore", invalid="ignore"):
+            self.clock.join(worker)
+            if self.stopped or clock != self.clock.clocks[worker]:
+                self.stale_dropped += 1  # e.g. computed before the worker was evicted
+                return False
+            sums = GradientSums.from_vector(vector, self.objective.num_features,
+                                            self.objective.num_outputs, loss_sum,
+                                            weight_sum, count)
+            self.objective.evaluations += 1
+            self.update_delay.add(self.version - version)
+            self.clock.advance(worker)
+            self.worker_updates[worker] += 1
+            self.pending.setdefault(clock, {})[worker] = sums
+            if not self.bulk_synchronous and weight_sum > 0:
+                self._update(sums, clock)
+            self._record_ready_steps()
+            self.lock.notify_all()
+            return True
+
+    def on_done(self, worker: int) -> None:
+        with self.lock:
+            self.clock.finish(worker)
+            self._record_ready_steps()
+            self.lock.notify_all()
+
+    def on_disconnect(self, worker: int) -> None:
+        with self.lock:
+            self.clock.touch(worker)  # the timeout runs from here unless it reconnects
+            self.lock.notify_all()
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            self.lock.notify_all()
+
+    # -- the update rule ---------------------------------------------------
+    def _finished(self, worker: int) -> bool:
+        return self.stopped or self.clock.clocks[worker] >= self.config.max_iter
+
+    def _update(self, sums: GradientSums, step: int) -> float:
+        objective = self.objective
+        value, grad = objective.smooth_from_sums(self.theta, sums)
+        loss = value + objective.l1_penalty(self.theta)
+        lr = learning_rate(self.config.schedule, self.config.step_size, step,
+                           self.config.max_iter)
+        self.theta, self.state = first_order_update(objective, self.optimizer, self.theta,
+                                                    grad, self.state, lr)
+        self.version += 1
+        if not np.all(np.isfinite(self.theta)):
+            self.stopped = True  # diverged: check_finite reports it
+        return loss
+
+    def _record_ready_steps(self) -> None:
+        """Close every step all workers in the clock have pushed (all, once they are done)."""
+        slowest = self.clock.slowest()
+        if slowest is None:
+            slowest = max(self.pending, default=self.next_step - 1) + 1
+        while self.next_step < slowest and not self.stopped:
+            step = self.next_step
+            self.next_step += 1
+            contributions = self.pending.pop(step, {})
+            if not contributions:
+                continue
+            total = functools.reduce(add_sums, (contributions[w] for w in sorted(contributions)))
+            if self.bulk_synchronous:
+                loss = self._update(total, step)
+            else:
+                value, _ = self.objective.smooth_from_sums(self.theta, total)
+                loss = value + self.objective.l1_penalty(self.theta)
+            self._close_step(step + 1, loss)
+
+    def _close_step(self, done: int, loss: float) -> None:
+        self.history.append(loss)
+        self.progress.update(done, loss)
+        self.converged = small_step(self.step_start_theta, self.theta, self.config.tol)
+        self.step_start_theta = self.theta.copy()
+        if not np.isfinite(loss) or self.converged or done >= self.config.max_iter:
+            self.stopped = True
+        if self.checkpoints and (self.stopped or self.checkpoints.due(done)):
+            self.checkpoints.save(done, self.theta, self.state, self.history, self.converged)
+
+    def result(self, server: Optional[ParameterServer]) -> TrainingResult:
+        metrics = {
+            "workers": len(self.worker_updates),
+            "maxStalenessBound": self.config.max_staleness,
+            "updatesApplied": self.version,
+            "gradientsAccepted": int(sum(self.worker_updates)),
+            "workerUpdates": list(self.worker_updates),
+            "gradientsRejected": server.rejected_gradients if server else 0,
+            "framesRejected": server.rejected_frames if server else 0,
+            "connectionsRefused": server.refused_connections if server else 0,
+            "staleGradientsDropped": self.stale_dropped,
+            "maxStaleness": self.staleness.max,
+            "meanStaleness": self.staleness.mean,
+            "maxUpdateDelay": self.update_delay.max,
+            "meanUpdateDelay": self.update_delay.mean,
+            "evictions": self.evictions,
+            "reconnects": self.reconnects,
+            "wallTime": time.monotonic() - self.started,
+        }
+        return TrainingResult(self.theta, list(self.history), len(self.history),
+                              self.converged, self.resumed_from, metrics)
+
+
+def split_map(vector: np.ndarray, num_features: int, num_outputs: int):
+    """Inverse of :meth:`LinearObjective.map_vector`: (coef d x k, offset k, aux)."""
+    d, k = num_features, num_outputs
+    return vector[: d * k].reshape(d, k), vector[d * k: d * k + k], vector[d * k + k:]
+
+
+def worker_task(address, secret: bytes, objective: LinearObjective, max_iter: int):
+    """The function each long-running Spark task runs over its partition's blocks."""
+    loss, d, k = objective.loss, objective.num_features, objective.num_outputs
+    fraction, seed = objective.mini_batch_fraction, objective.seed & 0xFFFFFFFF
+    faults = fault_plan()
+
+    def run(worker: int, blocks):
+        from pyspark import TaskContext
+
+        attempt = TaskContext.get().attemptNumber()
+        blocks = list(blocks)  # resident for the whole fit
+        pushes = 0
+        with ParameterClient(address, secret, worker, attempt) as client:
+            while True:
+                weights = client.pull()
+                if weights.stop or weights.clock >= max_iter:
+                    break
+                if faults is not None:
+                    faults.before_batch(worker, weights.clock, attempt)
+                coef, offset, aux = split_map(weights.vector, d, k)
+                rng = (np.random.default_rng([seed, weights.clock, worker])
+                       if fraction < 1.0 else None)
+                sums = partition_sums(blocks, loss, coef, offset, aux, fraction, rng) \
+                    or GradientSums.zeros(d, k, loss.num_aux)
+                client.push(weights.clock, weights.version, sums.loss_sum, sums.weight_sum,
+                            sums.count, sums.vector())
+                pushes += 1
+            client.done()
+        yield worker, attempt, pushes
+
+    return run
+
+
+def train_async(
+    objective: LinearObjective,
+    theta0: np.ndarray,
+    config: AsyncConfig,
+    blocks: RDD,
+    checkpoints: Optional[TrainingCheckpoints] = None,
+) -> TrainingResult:
+    """Train with a parameter server in this (driver) process; see the module docs."""
+    if config.optimizer == "lbfgs":
+        raise ValueError("mode='async' needs a first-order optimizer: 'sgd', 'adagrad' or 'adam'")
+    sc = blocks.context
+    workers = blocks
+    slots = max(int(sc.defaultParallelism), 1)
+    if blocks.getNumPartitions() > slots:
+        workers = blocks.coalesce(slots)
+        logger.info("async: %d partitions run as %d workers, one per task slot",
+                    blocks.getNumPartitions(), slots)
+    num_workers = workers.getNumPartitions()
+    resumed = checkpoints.resume_state() if checkpoints else None
+    progress = Progress(config.max_iter, config.label)
+    training = AsyncTraining(objective, theta0, config, num_workers, checkpoints, resumed,
+                             progress)
+    server = None
+    try:
+        if not training.stopped:
+            host = config.host or sc.getConf().get("spark.driver.host", "127.0.0.1")
+            server = ParameterServer(training, host, num_workers)
+            try:
+                run = worker_task(server.address, server.secret, objective, config.max_iter)
+                reports = workers.mapPartitionsWithIndex(run).collect()
+                logger.info("async: %d workers finished (%s)", len(reports), reports)
+            finally:
+                training.stop()
+                server.close()
+    finally:
+        progress.close()
+    result = training.result(server)
+    check_finite(result, config)
+    return result
