@@ -10,14 +10,30 @@ import numpy as np
 HERE = os.path.dirname(__file__)
 
 
-def test_fit_on_local_cluster_matches_mllib():
-    proc = subprocess.run(
-        [sys.executable, os.path.join(HERE, "cluster_fit_job.py"), "local-cluster[2,1,1024]"],
-        capture_output=True, text=True, timeout=600,
-    )
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+def run_job(script: str, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, os.path.join(HERE, script), *args],
+                          capture_output=True, text=True, timeout=600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_fit_on_local_cluster_matches_mllib():
+    result = run_job("cluster_fit_job.py", "local-cluster[2,1,1024]")
     assert result["executors"] == 2
     assert result["worker_pids"] >= 2
     np.testing.assert_allclose(result["ours"], result["ref"], rtol=1e-4, atol=1e-5)
+
+
+def test_async_on_local_cluster():
+    result = run_job("async_cluster_job.py")
+    # Workers in executor processes, bulk-synchronous: sync mode's weights exactly.
+    np.testing.assert_array_equal(result["bsp"], result["sync"])
+    # A worker whose first task attempt fails is retried by Spark, reconnects and
+    # recomputes its lost step: the result is unchanged.
+    assert result["retried_reconnects"] >= 1
+    np.testing.assert_array_equal(result["retried"], result["sync"])
+    assert result["retried_updates"] == [80, 80]
+    # Bounded staleness: within 1% of sync's training loss, never past the bound.
+    assert result["stale_loss"] <= 1.01 * result["sync_loss"]
+    assert result["stale_max_staleness"] <= 2

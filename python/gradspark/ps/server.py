@@ -171,7 +171,9 @@ class ParameterServer:
             self._reject(peer, "no authenticated hello within "
                                f"{self.handshake_timeout:.0f} s")
         except (EOFError, OSError):
-            pass  # the peer went away (a failed task); the clock deals with it
+            if worker is None:  # e.g. a client that found our challenge tagged with another secret
+                self._reject(peer, "connection closed before authenticating")
+            # otherwise the peer went away (a failed task): the clock deals with it
         finally:
             if worker is not None:
                 self.handler.on_disconnect(worker)

@@ -257,6 +257,29 @@ def split_map(vector: np.ndarray, num_features: int, num_outputs: int):
     return vector[: d * k].reshape(d, k), vector[d * k: d * k + k], vector[d * k + k:]
 
 
+def run_worker(client: ParameterClient, blocks, loss, num_features: int, num_outputs: int,
+               max_iter: int, fraction: float = 1.0, seed: int = 0, attempt: int = 0,
+               faults=None) -> int:
+    """A worker's loop: pull, compute the sums of a (sampled) pass, push; returns pushes."""
+    worker, d, k = client.worker, num_features, num_outputs
+    pushes = 0
+    while True:
+        weights = client.pull()
+        if weights.stop or weights.clock >= max_iter:
+            break
+        if faults is not None:
+            faults.before_batch(worker, weights.clock, attempt)
+        coef, offset, aux = split_map(weights.vector, d, k)
+        rng = np.random.default_rng([seed, weights.clock, worker]) if fraction < 1.0 else None
+        sums = partition_sums(blocks, loss, coef, offset, aux, fraction, rng) \
+            or GradientSums.zeros(d, k, loss.num_aux)
+        client.push(weights.clock, weights.version, sums.loss_sum, sums.weight_sum,
+                    sums.count, sums.vector())
+        pushes += 1
+    client.done()
+    return pushes
+
+
 def worker_task(address, secret: bytes, objective: LinearObjective, max_iter: int):
     """The function each long-running Spark task runs over its partition's blocks."""
     loss, d, k = objective.loss, objective.num_features, objective.num_outputs
@@ -268,23 +291,9 @@ def worker_task(address, secret: bytes, objective: LinearObjective, max_iter: in
 
         attempt = TaskContext.get().attemptNumber()
         blocks = list(blocks)  # resident for the whole fit
-        pushes = 0
         with ParameterClient(address, secret, worker, attempt) as client:
-            while True:
-                weights = client.pull()
-                if weights.stop or weights.clock >= max_iter:
-                    break
-                if faults is not None:
-                    faults.before_batch(worker, weights.clock, attempt)
-                coef, offset, aux = split_map(weights.vector, d, k)
-                rng = (np.random.default_rng([seed, weights.clock, worker])
-                       if fraction < 1.0 else None)
-                sums = partition_sums(blocks, loss, coef, offset, aux, fraction, rng) \
-                    or GradientSums.zeros(d, k, loss.num_aux)
-                client.push(weights.clock, weights.version, sums.loss_sum, sums.weight_sum,
-                            sums.count, sums.vector())
-                pushes += 1
-            client.done()
+            pushes = run_worker(client, blocks, loss, d, k, max_iter, fraction, seed,
+                                attempt, faults)
         yield worker, attempt, pushes
 
     return run

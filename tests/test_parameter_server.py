@@ -1,0 +1,222 @@
+"""The parameter server on real sockets: training, authentication, hostile input, SSP.
+
+These tests drive the server with the same worker loop the Spark tasks run
+(``run_worker``), from threads, so they need no SparkSession.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from gradspark.data.blocks import Block
+from gradspark.losses import SquaredLoss
+from gradspark.ps import ParameterClient, ParameterServer, ProtocolError, StalenessClock
+from gradspark.ps.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind
+from gradspark.trainer.asynchronous import AsyncConfig, AsyncTraining, run_worker
+from gradspark.trainer.objective import LinearObjective
+
+HOST = "127.0.0.1"
+
+
+def least_squares(seed=0, n=300, d=3, workers=2):
+    g = np.random.default_rng(seed)
+    X = g.normal(size=(n, d)) * [1.0, 3.0, 0.5] + [2.0, -1.0, 0.0]
+    y = X @ [1.0, -2.0, 0.5] + 3.0 + 0.1 * g.normal(size=n)
+    parts = np.array_split(np.arange(n), workers)
+    blocks = [[Block(X[p], y[p], np.ones(len(p)), 0)] for p in parts]
+    exact = np.linalg.lstsq(np.c_[X, np.ones(n)], y, rcond=None)[0]
+    return X, y, blocks, exact
+
+
+def make_training(X, workers, staleness=0, max_iter=300, timeout=30.0, step=0.5,
+                  schedule="constant"):
+    objective = LinearObjective(
+        engine=None, loss=SquaredLoss(), num_features=X.shape[1], num_outputs=1,
+        fit_intercept=True, features_mean=X.mean(0), features_std=X.std(0, ddof=1),
+        l2=np.zeros(X.shape[1] + 1), l1=np.zeros(X.shape[1] + 1),
+    )
+    config = AsyncConfig(optimizer="sgd", max_iter=max_iter, tol=0.0, step_size=step,
+                         max_staleness=staleness, worker_timeout=timeout, schedule=schedule)
+    return objective, AsyncTraining(objective, objective.initial(), config, workers)
+
+
+def start_workers(server, blocks, loss, d, max_iter, delays=None):
+    results, errors = {}, []
+
+    def work(w):
+        try:
+            with ParameterClient(server.address, server.secret, w) as client:
+                plan = None if not delays or w not in delays else _Sleep(delays[w])
+                results[w] = run_worker(client, blocks[w], loss, d, 1, max_iter, faults=plan)
+        except Exception as exc:  # surfaced by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(len(blocks))]
+    for t in threads:
+        t.start()
+    return threads, results, errors
+
+
+class _Sleep:
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def before_batch(self, worker, step, attempt):
+        time.sleep(self.seconds)
+
+
+def solution(objective, training):
+    coef, intercept, _ = objective.original_space(training.theta)
+    return np.r_[coef[:, 0], intercept]
+
+
+def finish(threads, errors, timeout=60):
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "a worker hung"
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("staleness, tolerance", [(0, 1e-6), (2, 1e-3)])
+def test_two_workers_reach_the_least_squares_solution(staleness, tolerance):
+    X, y, blocks, exact = least_squares()
+    # Each asynchronous push follows one worker's half of the data, so a constant step
+    # would circle the optimum; the cosine schedule anneals onto it.
+    objective, training = make_training(X, 2, staleness, schedule="cosine")
+    with ParameterServer(training, HOST, 2) as server:
+        threads, pushes, errors = start_workers(server, blocks, objective.loss, 3, 300)
+        finish(threads, errors)
+    np.testing.assert_allclose(solution(objective, training), exact, atol=tolerance)
+    assert pushes == {0: 300, 1: 300}
+    metrics = training.result(server).metrics
+    assert metrics["maxStaleness"] <= staleness
+    assert metrics["updatesApplied"] == (300 if staleness == 0 else 600)
+
+
+def test_staleness_bound_holds_with_a_straggler():
+    X, y, blocks, _ = least_squares()
+    objective, training = make_training(X, 2, staleness=1, max_iter=40)
+    with ParameterServer(training, HOST, 2) as server:
+        threads, _, errors = start_workers(server, blocks, objective.loss, 3, 40,
+                                           delays={1: 0.01})
+        finish(threads, errors)
+    metrics = training.result(server).metrics
+    # The fast worker ran ahead as far as allowed, and never further.
+    assert metrics["maxStaleness"] == 1
+    assert metrics["maxUpdateDelay"] >= 1
+
+
+def test_wrong_secret_is_refused_and_training_is_untouched():
+    X, y, blocks, _ = least_squares()
+    objective, training = make_training(X, 2)
+    with ParameterServer(training, HOST, 2) as server:
+        # The client sees the server's challenge is not tagged with its secret...
+        with pytest.raises(ProtocolError):
+            ParameterClient(server.address, b"not the secret" * 3, 0)
+        # ...and the server refuses a HELLO tagged with the wrong one.
+        with socket.create_connection(server.address, timeout=5) as s:
+            channel = Channel(s, b"not the secret" * 3)
+            s.recv(HEADER.size + FIELDS[Kind.CHALLENGE].size + TAG_SIZE)
+            channel.send(Kind.HELLO, (0, 0, b"n" * 32))
+            assert s.recv(1024) == b""  # closed without a WELCOME
+        time.sleep(0.2)
+        assert server.rejected_frames == 2
+    assert training.version == 0 and np.all(training.theta == objective.initial())
+
+
+def _raw(server, data: bytes) -> bytes:
+    """Send bytes after the challenge; what the server answers before it hangs up."""
+    with socket.create_connection(server.address, timeout=5) as s:
+        s.recv(1024)  # the challenge
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            return s.recv(1024)
+        except OSError:  # already closed by the server
+            return b""
+
+
+def test_hostile_frames_are_rejected_while_training_finishes_correctly():
+    X, y, blocks, exact = least_squares()
+    objective, training = make_training(X, 2, staleness=0)
+    reference_obj, reference = make_training(X, 2, staleness=0)
+    with ParameterServer(reference, HOST, 2) as server:
+        finish(*_drop_results(start_workers(server, blocks, reference_obj.loss, 3, 300)))
+
+    with ParameterServer(training, HOST, 2) as server:
+        threads, _, errors = start_workers(server, blocks, objective.loss, 3, 300)
+        for hostile in (
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 3,  # garbage
+            HEADER.pack(MAGIC, VERSION, int(Kind.HELLO), 0, 40) + b"\0" * 10,  # truncated
+            HEADER.pack(MAGIC, VERSION, int(Kind.HELLO), 0, 2**31),  # oversize length prefix
+        ):
+            assert _raw(server, hostile) == b""  # no answer, connection closed
+        # An authenticated client (it holds the secret) sending a gradient of the wrong length.
+        intruder = ParameterClient(server.address, server.secret, 1)
+        intruder.channel.send(Kind.PUSH, (intruder.start_clock, 0, 1.0, 1.0, 1), np.ones(2))
+        with pytest.raises(ProtocolError):
+            intruder.channel.expect(Kind.ACK)
+        intruder.close()
+        finish(threads, errors)
+        assert server.rejected_frames == 3
+        assert server.rejected_gradients == 1
+    # The same weights as the undisturbed run, bit for bit (maxStaleness=0 is deterministic).
+    np.testing.assert_array_equal(training.theta, reference.theta)
+    np.testing.assert_allclose(solution(objective, training), exact, rtol=1e-6, atol=1e-6)
+
+
+def _drop_results(started):
+    threads, _, errors = started
+    return threads, errors
+
+
+def test_a_worker_that_never_comes_does_not_block_the_others():
+    X, y, blocks, exact = least_squares(workers=1)
+    objective, training = make_training(X, 2, staleness=0, max_iter=100, timeout=0.5)
+    with ParameterServer(training, HOST, 2) as server:  # two expected, one shows up
+        threads, pushes, errors = start_workers(server, blocks, objective.loss, 3, 100)
+        finish(threads, errors, timeout=30)
+    assert pushes == {0: 100}
+    assert training.result(server).metrics["evictions"] >= 1
+    np.testing.assert_allclose(solution(objective, training), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_server_closes_its_threads_and_port():
+    X, *_ = least_squares()
+    _, training = make_training(X, 2)
+    before = {t.name for t in threading.enumerate()}
+    server = ParameterServer(training, HOST, 2)
+    address = server.address
+    with ParameterClient(address, server.secret, 0):
+        pass
+    server.close()
+    time.sleep(0.1)
+    leftover = {t.name for t in threading.enumerate()} - before
+    assert not [n for n in leftover if n.startswith("gradspark-ps")]
+    with pytest.raises(OSError):
+        socket.create_connection(address, timeout=1).close()
+
+
+def test_clock_bounds_and_rejoins():
+    now = [0.0]
+    clock = StalenessClock(3, bound=1, timeout=10.0, now=lambda: now[0])
+    clock.advance(0)
+    assert clock.may_proceed(0)  # one ahead
+    clock.advance(0)
+    assert not clock.may_proceed(0)  # two ahead of workers 1 and 2
+    now[0] = 11.0
+    clock.touch(0)
+    clock.touch(1)
+    assert clock.evict_silent() == [2]  # never heard from
+    clock.advance(1)
+    assert clock.may_proceed(0)  # slowest is now worker 1 at clock 1
+    assert clock.join(2) == 1  # rejoins at the slowest member's clock
+    unbounded = StalenessClock(2, bound=-1, timeout=1.0)
+    for _ in range(100):
+        unbounded.advance(0)
+    assert unbounded.may_proceed(0)
