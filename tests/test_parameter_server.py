@@ -16,7 +16,7 @@ import pytest
 from gradspark.data.blocks import Block
 from gradspark.losses import SquaredLoss
 from gradspark.ps import ParameterClient, ParameterServer, ProtocolError, StalenessClock
-from gradspark.ps.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind
+from gradspark.ps.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind, tag
 from gradspark.trainer.asynchronous import AsyncConfig, AsyncTraining, run_worker
 from gradspark.trainer.objective import LinearObjective
 
@@ -220,3 +220,57 @@ def test_clock_bounds_and_rejoins():
     for _ in range(100):
         unbounded.advance(0)
     assert unbounded.may_proceed(0)
+
+
+def _fuzz(server, seconds: float, seed: int, sent: list) -> None:
+    """Random unauthenticated bytes and frames, and tampered frames after a real handshake."""
+    g = np.random.default_rng(seed)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not server.closed:
+        choice = g.integers(4)
+        try:
+            if choice == 3:  # authenticated, then a PULL whose tag is one bit off
+                client = ParameterClient(server.address, server.secret, int(g.integers(2)))
+                channel = client.channel
+                header = HEADER.pack(MAGIC, VERSION, int(Kind.PULL), 0, 0)
+                mac = bytearray(tag(channel.key, channel.context, channel.sent, header, b""))
+                mac[int(g.integers(32))] ^= 1 << int(g.integers(8))
+                client.sock.sendall(header + bytes(mac))
+                client.sock.recv(1024)
+                client.close()
+            else:
+                if choice == 0:
+                    data = g.bytes(int(g.integers(1, 200)))
+                else:  # a plausible header: right magic, random kind, dtype and length
+                    kind, dtype = int(g.integers(0, 12)), int(g.integers(0, 4))
+                    length = int(g.choice([0, 8, 40, 255, 257, 2**20, 2**32 - 1]))
+                    data = HEADER.pack(MAGIC, VERSION, kind, dtype, length) + g.bytes(
+                        int(g.integers(0, 300)))
+                _raw(server, data)
+            sent.append(choice)
+        except (OSError, ProtocolError, EOFError):
+            sent.append(choice)
+
+
+def test_fuzzed_frames_during_training_change_nothing():
+    X, y, blocks, exact = least_squares()
+    reference_obj, reference = make_training(X, 2, staleness=0, max_iter=150)
+    with ParameterServer(reference, HOST, 2) as server:
+        finish(*_drop_results(start_workers(server, blocks, reference_obj.loss, 3, 150)))
+
+    objective, training = make_training(X, 2, staleness=0, max_iter=150)
+    with ParameterServer(training, HOST, 2) as server:
+        # A straggler keeps training going for ~1.5 s while four fuzzers run.
+        threads, _, errors = start_workers(server, blocks, objective.loss, 3, 150,
+                                           delays={1: 0.01})
+        sent: list = []
+        fuzzers = [threading.Thread(target=_fuzz, args=(server, 1.0, seed, sent))
+                   for seed in range(4)]
+        for f in fuzzers:
+            f.start()
+        for f in fuzzers:
+            f.join(30)
+        finish(threads, errors)
+        rejected = server.rejected_frames + server.rejected_gradients
+    assert len(sent) >= 50 and rejected >= len(sent) * 0.9
+    np.testing.assert_array_equal(training.theta, reference.theta)
