@@ -8,6 +8,7 @@ resumes from the newest valid one.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from dataclasses import dataclass, field
@@ -87,37 +88,112 @@ def small_step(old: np.ndarray, new: np.ndarray, tol: float) -> bool:
     return bool(np.linalg.norm(new - old) < tol * max(np.linalg.norm(new), 1.0))
 
 
-def _lbfgs(objective, theta0, config, progress, checkpoints, resumed) -> TrainingResult:
-    """L-BFGS-B; a resumed fit restarts from the checkpointed weights.
+# Above this many recorded numbers an L-BFGS checkpoint keeps the weights only.
+_MAX_RECORDED_VALUES = 1 << 24
 
-    scipy keeps its curvature pairs private, so a resumed run rebuilds them:
-    it reaches the same optimum (within ``tol``) but not bit-identically.
+
+def _digest(theta: np.ndarray) -> int:
+    return int.from_bytes(hashlib.blake2b(theta.tobytes(), digest_size=8).digest(), "big")
+
+
+class EvaluationLog:
+    """Every (point, value, gradient) an L-BFGS run evaluated, and their replay.
+
+    scipy keeps L-BFGS's curvature pairs private, but the run is a deterministic
+    function of the values and gradients it is given. A resumed run therefore
+    starts from the original point and is handed the recorded evaluations
+    (each checked against a digest of the point asked for) until they run out;
+    it retraces the interrupted run exactly, with no distributed pass, and goes
+    on from there.
     """
-    done, history = 0, []
-    if resumed is not None:
-        theta0, done, history = resumed.theta, resumed.step, list(resumed.history)
-        if resumed.converged or done >= config.max_iter:
-            return TrainingResult(theta0, history, done, resumed.converged, done)
-        history = history[:-1]  # the restart re-evaluates its starting point
 
+    def __init__(self, smooth, recorded: Optional[Dict[str, np.ndarray]] = None,
+                 record: bool = True) -> None:
+        self.smooth = smooth
+        self.record = record
+        self.digests: List[int] = []
+        self.values: List[float] = []
+        self.grads: List[np.ndarray] = []
+        if recorded:
+            self.digests = [int(d) for d in recorded["evaluation_digests"]]
+            self.values = [float(v) for v in recorded["evaluation_values"]]
+            self.grads = list(recorded["evaluation_grads"])
+        self.replayable = len(self.values)
+        self.position = 0
+
+    def __call__(self, theta: np.ndarray):
+        digest = _digest(theta)
+        i = self.position
+        if i < self.replayable:
+            if self.digests[i] == digest:
+                self.position += 1
+                return self.values[i], self.grads[i].copy()
+            logger.warning("L-BFGS replay diverged at evaluation %d (another scipy or numpy?); "
+                           "evaluating from here on", i)
+            del self.digests[i:], self.values[i:], self.grads[i:]
+            self.replayable = i
+        value, grad = self.smooth(theta)
+        self.position += 1
+        if self.record and (len(self.grads) + 1) * grad.size > _MAX_RECORDED_VALUES:
+            logger.warning("L-BFGS evaluations too large to record (%d parameters): a resumed "
+                           "fit will restart from the checkpointed weights", grad.size)
+            self.record = False
+            self.digests, self.values, self.grads = [], [], []
+        if self.record:
+            self.digests.append(digest)
+            self.values.append(float(value))
+            self.grads.append(np.array(grad, dtype=np.float64))
+        return value, grad
+
+    def state(self) -> Dict[str, np.ndarray]:
+        if not self.record or not self.grads:
+            return {}  # nothing recorded: a resume restarts from the weights
+        return {
+            "evaluation_digests": np.array(self.digests, dtype=np.uint64),
+            "evaluation_values": np.array(self.values, dtype=np.float64),
+            "evaluation_grads": np.stack(self.grads),
+        }
+
+
+def _lbfgs(objective, theta0, config, progress, checkpoints, resumed) -> TrainingResult:
+    """L-BFGS-B; a resumed fit replays its recorded evaluations (see :class:`EvaluationLog`).
+
+    A checkpoint without them (a model too wide to record) restarts from the
+    checkpointed weights: the same optimum within ``tol``, not bit for bit.
+    """
+    done, offset, prefix, recorded = 0, 0, [], None
+    if resumed is not None:
+        done = resumed.step
+        if resumed.converged or done >= config.max_iter:
+            return TrainingResult(resumed.theta, list(resumed.history), done, resumed.converged,
+                                  done)
+        if "evaluation_values" in resumed.optimizer_state:
+            recorded = resumed.optimizer_state
+        else:
+            # The restart re-evaluates its starting point, the last entry of the history.
+            theta0, offset, prefix = resumed.theta, done, list(resumed.history)[:-1]
+    log = EvaluationLog(objective.smooth, recorded, record=checkpoints is not None)
     seen: List[float] = []
 
     def on_iteration(i: int, value: float, theta: np.ndarray) -> None:
+        step = offset + i
         seen.append(value)
-        progress.update(done + i, value)
-        if checkpoints and i > 0 and checkpoints.due(done + i):
-            checkpoints.save(done + i, theta, {}, history + seen)
+        if recorded is not None and step <= done:
+            return  # replayed: already logged and checkpointed by the interrupted run
+        progress.update(step, value)
+        if checkpoints and i > 0 and checkpoints.due(step):
+            checkpoints.save(step, theta, log.state(), prefix + seen)
 
     result = minimize_lbfgs(
-        objective.smooth, theta0, objective.l1, objective.lower_bounds(),
-        config.max_iter - done, config.tol, on_iteration=on_iteration,
+        log, theta0, objective.l1, objective.lower_bounds(),
+        config.max_iter - offset, config.tol, on_iteration=on_iteration,
     )
     if not result.converged:
         logger.info("L-BFGS stopped: %s", result.message)
-    iterations = done + result.iterations
-    history = history + result.history
+    iterations = offset + result.iterations
+    history = prefix + result.history
     if checkpoints:
-        checkpoints.save(iterations, result.theta, {}, history, result.converged)
+        checkpoints.save(iterations, result.theta, log.state(), history, result.converged)
     return TrainingResult(result.theta, history, iterations, result.converged,
                           None if resumed is None else done)
 
