@@ -72,8 +72,8 @@ def check_finite(result: TrainingResult, config: SyncConfig) -> None:
     if not (np.all(np.isfinite(result.theta)) and np.all(np.isfinite(result.objective_history))):
         raise FloatingPointError(
             f"training diverged ({config.optimizer}, stepSize={config.step_size}): "
-            "the loss or the parameters are no longer finite; lower stepSize or use "
-            "optimizer='lbfgs'"
+            "the loss or the parameters are no longer finite; lower stepSize, or use "
+            "optimizer='lbfgs' (sync mode)"
         )
 
 
