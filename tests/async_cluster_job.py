@@ -9,26 +9,16 @@ import json
 import os
 import sys
 
-os.environ["PYSPARK_PYTHON"] = sys.executable
+import numpy as np
 
-import numpy as np  # noqa: E402
-from pyspark.ml.linalg import Vectors  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-
-from gradspark import SGDLogisticRegression  # noqa: E402
-from gradspark.faults import ENVIRONMENT_VARIABLE  # noqa: E402
+from job_support import logistic_frame, quiet_session  # sets PYSPARK_PYTHON first
+from gradspark import SGDLogisticRegression
+from gradspark.faults import ENVIRONMENT_VARIABLE
 
 
 def main() -> None:
-    spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    g = np.random.default_rng(8)
-    X = g.normal(size=(600, 4)) * [1, 2, 0.5, 4]
-    y = (X @ [1.0, -0.5, 2.0, 0.2] + g.logistic(size=600) > 0).astype(float)
-    df = spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(X, y)],
-                               ["features", "label"]).repartition(2).cache()
+    spark = quiet_session("local-cluster[2,1,1024]")
+    df, X, y = logistic_frame(spark, seed=8, rows=600, partitions=2)
     df.count()
     params = dict(optimizer="adam", stepSize=0.05, tol=0.0, regParam=0.01, maxIter=80)
     remote = dict(params, mode="async", parameterServerHost="127.0.0.1")

@@ -8,26 +8,15 @@ import json
 import os
 import sys
 
-os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.ml.classification import LogisticRegression
 
-import numpy as np  # noqa: E402
-from pyspark.ml.classification import LogisticRegression  # noqa: E402
-from pyspark.ml.linalg import Vectors  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-
-from gradspark import SGDLogisticRegression  # noqa: E402
+from job_support import logistic_frame, quiet_session  # sets PYSPARK_PYTHON first
+from gradspark import SGDLogisticRegression
 
 
 def main() -> None:
-    spark = (SparkSession.builder.master(sys.argv[1] if len(sys.argv) > 1 else "local-cluster[2,1,1024]")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    g = np.random.default_rng(4)
-    X = g.normal(size=(400, 4)) * [1, 2, 0.5, 4]
-    y = (X @ [1.0, -0.5, 2.0, 0.2] + g.logistic(size=400) > 0).astype(float)
-    df = spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(X, y)],
-                               ["features", "label"]).repartition(4).cache()
+    spark = quiet_session(sys.argv[1] if len(sys.argv) > 1 else "local-cluster[2,1,1024]")
+    df, X, y = logistic_frame(spark, seed=4, rows=400, partitions=4)
     params = dict(regParam=0.02, elasticNetParam=0.5, tol=1e-12, maxIter=500)
     ours = SGDLogisticRegression(**params).fit(df)
     ref = LogisticRegression(**params).fit(df)
