@@ -7,7 +7,6 @@ on its first attempt being retried by Spark (local[N] never retries).
 
 import json
 import os
-import sys
 
 import numpy as np
 

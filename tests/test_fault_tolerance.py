@@ -11,7 +11,6 @@ import time
 import numpy as np
 import pytest
 
-from conftest import make_df
 from gradspark import SGDLinearRegression, SGDLogisticRegression
 from gradspark.checkpoints import CheckpointStore, CorruptCheckpointError, TrainingState
 from gradspark.data.blocks import BINARY
