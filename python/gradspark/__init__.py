@@ -2,6 +2,7 @@
 
 The driver owns the parameters and the optimizer state; executors compute
 gradients of their cached partitions, summed with ``treeAggregate``.
+``TorchEstimator`` hands a barrier stage's tasks to torch DDP instead.
 
 Layout: ``estimators`` (pyspark.ml Estimator/Model classes) -> ``trainer``
 (sync loop, objective) -> ``engine`` (distributed gradient sums) ->
@@ -17,7 +18,10 @@ from gradspark.estimators import (
     SGDLinearSVCModel,
     SGDLogisticRegression,
     SGDLogisticRegressionModel,
+    TorchEstimator,
+    TorchModel,
 )
+from gradspark.trainer.ddp import TorchTrainingError
 
 __version__ = "0.1.0"
 
@@ -26,4 +30,5 @@ __all__ = [
     "SGDLogisticRegression", "SGDLogisticRegressionModel",
     "SGDLinearRegression", "SGDLinearRegressionModel",
     "SGDLinearSVC", "SGDLinearSVCModel",
+    "TorchEstimator", "TorchModel", "TorchTrainingError",
 ]

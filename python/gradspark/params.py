@@ -160,7 +160,8 @@ class HasCheckpoints(Params):
     checkpointInterval: Param[int] = Param(
         Params._dummy(),
         "checkpointInterval",
-        "write a checkpoint every this many steps (>= 1) when checkpointDir is set",
+        "write a checkpoint every this many steps (epochs for TorchEstimator), >= 1, "
+        "when checkpointDir is set",
         typeConverter=TypeConverters.toInt,
     )
     keepCheckpoints: Param[int] = Param(
@@ -177,17 +178,6 @@ class HasCheckpoints(Params):
         typeConverter=TypeConverters.toBoolean,
     )
 
-    checkpointData: Param[bool] = Param(
-        Params._dummy(),
-        "checkpointData",
-        "also write the cached training blocks as a reliable RDD checkpoint, so blocks "
-        "lost with an executor are re-read, not recomputed from the input's lineage",
-        typeConverter=TypeConverters.toBoolean,
-    )
-
-    def getCheckpointData(self) -> bool:
-        return self.getOrDefault(self.checkpointData)
-
     def getCheckpointDir(self) -> str:
         return self.getOrDefault(self.checkpointDir)
 
@@ -199,6 +189,19 @@ class HasCheckpoints(Params):
 
     def getResume(self) -> bool:
         return self.getOrDefault(self.resume)
+
+
+class HasCheckpointData(Params):
+    checkpointData: Param[bool] = Param(
+        Params._dummy(),
+        "checkpointData",
+        "also write the cached training blocks as a reliable RDD checkpoint, so blocks "
+        "lost with an executor are re-read, not recomputed from the input's lineage",
+        typeConverter=TypeConverters.toBoolean,
+    )
+
+    def getCheckpointData(self) -> bool:
+        return self.getOrDefault(self.checkpointData)
 
 
 class SGDParams(
@@ -219,6 +222,7 @@ class SGDParams(
     HasMode,
     HasBlockSize,
     HasCheckpoints,
+    HasCheckpointData,
     HasSeed,
 ):
     """Params common to every gradspark linear estimator and its model."""

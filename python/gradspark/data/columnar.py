@@ -1,0 +1,104 @@
+"""DataFrame columns to dense numpy matrices through Arrow, validated on the way.
+
+Torch training and inference read features as Arrow record batches (from
+``mapInArrow`` / pandas UDFs), never row by row: the JVM turns a
+``VectorUDT`` column into ``array<float>`` (``vector_to_array``), and each
+batch becomes a matrix with one ``flatten``. The same pass checks what would
+otherwise train a silently wrong model: nulls, vectors of different sizes,
+NaN/inf.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Optional, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.ml.functions import vector_to_array
+from pyspark.ml.linalg import VectorUDT
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, NumericType
+
+from gradspark.data.validation import InvalidDataError
+
+FEATURES = "__gradspark_features"
+LABEL = "__gradspark_label"
+
+
+def features_as_array(dataset: DataFrame, features_col: str) -> Column:
+    """``array<float>`` column from a vector or numeric array column."""
+    if features_col not in dataset.columns:
+        raise ValueError(f"features column {features_col!r} not found; the DataFrame has "
+                         f"columns {sorted(dataset.columns)}")
+    kind = dataset.schema[features_col].dataType
+    if isinstance(kind, VectorUDT):
+        return vector_to_array(F.col(features_col), dtype="float32")
+    if isinstance(kind, ArrayType) and isinstance(kind.elementType, NumericType):
+        return F.col(features_col).cast("array<float>")
+    raise InvalidDataError(f"features column {features_col!r} has type {kind.simpleString()}; "
+                           f"expected a vector or an array of numbers")
+
+
+def training_columns(dataset: DataFrame, features_col: str, label_col: str) -> DataFrame:
+    if label_col not in dataset.columns:
+        raise ValueError(f"label column {label_col!r} not found; the DataFrame has columns "
+                         f"{sorted(dataset.columns)}")
+    if not isinstance(dataset.schema[label_col].dataType, NumericType):
+        raise InvalidDataError(f"label column {label_col!r} has type "
+                               f"{dataset.schema[label_col].dataType.simpleString()}; "
+                               f"expected a number")
+    return dataset.select(features_as_array(dataset, features_col).alias(FEATURES),
+                          F.col(label_col).cast("double").alias(LABEL))
+
+
+def features_matrix(column: pa.Array, name: str, num_features: Optional[int] = None) -> np.ndarray:
+    """(rows, features) float32 matrix from one Arrow list column; checks nulls and sizes."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if column.null_count:
+        raise InvalidDataError(f"features column {name!r} has {column.null_count} null rows")
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+    if len(lengths) == 0:
+        return np.zeros((0, num_features or 0), dtype=np.float32)
+    width = int(lengths[0]) if num_features is None else num_features
+    if (lengths != width).any():
+        bad = int(np.flatnonzero(lengths != width)[0])
+        raise InvalidDataError(f"features column {name!r}: vector of size {int(lengths[bad])} "
+                               f"where {width} was expected (row {bad} of a batch)")
+    values = column.flatten()
+    if values.null_count:
+        raise InvalidDataError(f"features column {name!r} has null entries inside vectors")
+    # A copy: Arrow buffers are read-only, torch wants writable memory.
+    return values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, width)
+
+
+def require_finite(values: np.ndarray, name: str) -> None:
+    finite = np.isfinite(values)
+    if not finite.all():
+        rows = ~finite.reshape(len(values), -1).all(axis=1)
+        raise InvalidDataError(f"column {name!r} has NaN or infinite values in "
+                               f"{int(rows.sum())} rows (first at row {int(np.argmax(rows))} of "
+                               f"this partition)")
+
+
+def partition_arrays(batches: Iterable[pa.RecordBatch], features_col: str,
+                     label_col: str) -> Tuple[np.ndarray, np.ndarray]:
+    """One partition of :func:`training_columns` as (features float32, labels float64)."""
+    features: List[np.ndarray] = []
+    labels: List[np.ndarray] = []
+    width: Optional[int] = None
+    for batch in batches:
+        matrix = features_matrix(batch.column(FEATURES), features_col, width)
+        width = matrix.shape[1] if batch.num_rows else width
+        label = batch.column(LABEL)
+        if label.null_count:
+            raise InvalidDataError(f"label column {label_col!r} has {label.null_count} null rows")
+        features.append(matrix)
+        labels.append(label.to_numpy(zero_copy_only=False).astype(np.float64))
+    X = np.concatenate(features) if features else np.zeros((0, 0), dtype=np.float32)
+    y = np.concatenate(labels) if labels else np.zeros(0)
+    require_finite(X, features_col)
+    require_finite(y, label_col)
+    return X, y

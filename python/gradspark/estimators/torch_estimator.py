@@ -1,0 +1,437 @@
+"""``TorchEstimator``: PyTorch DistributedDataParallel in one Spark barrier stage.
+
+``fit`` repartitions the data to ``numWorkers`` partitions and runs one
+barrier task per partition (``mapInArrow(..., barrier=True)``, so rows reach
+Python as Arrow batches). The tasks form a ``torch.distributed`` process
+group (:mod:`gradspark.trainer.barrier`) and train with the batch schedule
+of :mod:`gradspark.trainer.ddp`; rank 0's weights come back to the driver
+as a :class:`TorchModel`, a real ``pyspark.ml.Model``.
+
+The barrier stage feeds a one-partition exchange, which makes it a shuffle
+map stage: Spark retries a failed *map* barrier stage as a whole (it gives up
+on a failed barrier result stage), and with ``checkpointDir`` the retry
+resumes from the newest epoch checkpoint.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import numpy as np
+import pandas as pd
+from pyspark import cloudpickle
+from pyspark.ml import Estimator, Model
+from pyspark.ml.functions import array_to_vector
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasFeaturesCol, HasLabelCol, HasPredictionCol, HasSeed
+from pyspark.ml.param.shared import HasRawPredictionCol
+from pyspark.ml.util import (
+    DefaultParamsReader,
+    DefaultParamsWriter,
+    MLReadable,
+    MLReader,
+    MLWritable,
+    MLWriter,
+)
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from gradspark.checkpoints.epochs import EpochCheckpoints, normalize_directory
+from gradspark.data.columnar import features_as_array, features_matrix, training_columns
+from gradspark.faults import fault_plan
+from gradspark.params import HasCheckpoints, _one_of
+from gradspark.trainer.barrier import require_task_slots
+from gradspark.trainer.ddp import (
+    RESULT_SCHEMA,
+    TorchTrainingError,
+    TorchTrainSpec,
+    partition_trainer,
+)
+
+logger = logging.getLogger(__name__)
+
+LABEL_DTYPES = ("float32", "int64")
+
+
+class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol,
+                  HasSeed, HasCheckpoints):
+    numWorkers: Param[int] = Param(
+        Params._dummy(), "numWorkers",
+        "number of barrier tasks (DDP ranks); the data is repartitioned to this many",
+        typeConverter=TypeConverters.toInt)
+    useGpu: Param[bool] = Param(
+        Params._dummy(), "useGpu",
+        "train with NCCL on the GPU Spark assigns each task (spark.task.resource.gpu.amount);"
+        " gloo on the CPU otherwise",
+        typeConverter=TypeConverters.toBoolean)
+    batchSize: Param[int] = Param(
+        Params._dummy(), "batchSize",
+        "global mini-batch size per optimizer step, split over the ranks",
+        typeConverter=TypeConverters.toInt)
+    epochs: Param[int] = Param(Params._dummy(), "epochs", "passes over the training data",
+                               typeConverter=TypeConverters.toInt)
+    learningRate: Param[float] = Param(
+        Params._dummy(), "learningRate",
+        "learning rate of the default optimizer (Adam); ignored with an optimizer_fn",
+        typeConverter=TypeConverters.toFloat)
+    labelDtype: Param[str] = Param(
+        Params._dummy(), "labelDtype",
+        "tensor type of the label: float32 (regression, BCE) or int64 (class indices, "
+        "e.g. for CrossEntropyLoss)",
+        typeConverter=_one_of("labelDtype", LABEL_DTYPES))
+    inferenceBatchSize: Param[int] = Param(
+        Params._dummy(), "inferenceBatchSize", "rows per forward pass in transform",
+        typeConverter=TypeConverters.toInt)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(numWorkers=1, useGpu=False, batchSize=64, epochs=10,
+                         learningRate=1e-3, labelDtype="float32", inferenceBatchSize=1024,
+                         seed=0, checkpointDir="", checkpointInterval=1, keepCheckpoints=2,
+                         resume=True)
+
+    def getNumWorkers(self) -> int:
+        return self.getOrDefault(self.numWorkers)
+
+    def getUseGpu(self) -> bool:
+        return self.getOrDefault(self.useGpu)
+
+    def getBatchSize(self) -> int:
+        return self.getOrDefault(self.batchSize)
+
+    def getEpochs(self) -> int:
+        return self.getOrDefault(self.epochs)
+
+    def getLearningRate(self) -> float:
+        return self.getOrDefault(self.learningRate)
+
+    def getLabelDtype(self) -> str:
+        return self.getOrDefault(self.labelDtype)
+
+    def getInferenceBatchSize(self) -> int:
+        return self.getOrDefault(self.inferenceBatchSize)
+
+
+@dataclass
+class TorchTrainingSummary:
+    """Per-epoch mean training loss over all rows, and how the run went."""
+
+    lossHistory: List[float]
+    epochs: int
+    stepsPerEpoch: int
+    numWorkers: int
+    numInstances: int
+    resumedFromEpoch: int
+    epochSeconds: List[float] = field(default_factory=list)
+    wallTime: float = 0.0
+
+    @property
+    def objectiveHistory(self) -> List[float]:
+        return self.lossHistory
+
+
+class DefaultAdam:
+    """The default optimizer_fn: ``torch.optim.Adam(parameters, lr)``."""
+
+    def __init__(self, lr: float) -> None:
+        self.lr = lr
+
+    def __call__(self, parameters):
+        import torch
+
+        return torch.optim.Adam(parameters, lr=self.lr)
+
+
+def _set_params(instance: Params, kwargs: Dict[str, Any]) -> None:
+    instance._set(**{k: v for k, v in kwargs.items() if v is not None})
+
+
+def _worker_traceback(error: Exception) -> str:
+    """The Python traceback of the failed task, out of Spark's error text."""
+    text = str(error)
+    match = re.search(r"Traceback \(most recent call last\):.*?(?=\n\s*(?:SQLSTATE|\tat |$))",
+                      text, re.S)
+    return match.group(0) if match else text[:4000]
+
+
+class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
+    """Train a PyTorch module on a DataFrame with DDP across Spark barrier tasks.
+
+    Parameters
+    ----------
+    model_fn : callable () -> torch.nn.Module
+        Builds the (untrained) module. Called on every rank after seeding
+        torch with ``seed``, and again to rebuild a loaded model, so it must
+        be picklable by cloudpickle and importable on the executors.
+    loss_fn : callable (output, target) -> scalar tensor
+        The *mean* loss over a batch, e.g. ``torch.nn.CrossEntropyLoss()``.
+    optimizer_fn : callable (parameters) -> torch.optim.Optimizer, optional
+        Default: Adam with ``learningRate``.
+    **params
+        Any Param: ``numWorkers``, ``useGpu``, ``batchSize`` (global), ``epochs``,
+        ``labelDtype``, ``featuresCol``, ``labelCol``, ``predictionCol``,
+        ``rawPredictionCol``, ``seed``, ``checkpointDir`` (local or mounted
+        path, ``hdfs://``, ``s3://``, ``gs://``; reachable from the executors),
+        ``checkpointInterval`` (epochs), ``keepCheckpoints``, ``resume``.
+
+    Features are a vector or numeric-array column, read as float32. With
+    ``numWorkers`` ranks and the same ``seed`` and ``batchSize``, training
+    takes the same optimizer steps as one process would on the same global
+    batches (see :mod:`gradspark.trainer.ddp`).
+    """
+
+    def __init__(self, model_fn: Optional[Callable[[], Any]] = None,
+                 loss_fn: Optional[Callable[[Any, Any], Any]] = None,
+                 optimizer_fn: Optional[Callable[[Any], Any]] = None, **params: Any) -> None:
+        super().__init__()
+        self.model_fn, self.loss_fn, self.optimizer_fn = model_fn, loss_fn, optimizer_fn
+        _set_params(self, params)
+
+    def setParams(self, **params: Any) -> "TorchEstimator":
+        _set_params(self, params)
+        return self
+
+    def _validate(self) -> None:
+        if self.model_fn is None or self.loss_fn is None:
+            raise ValueError("TorchEstimator needs model_fn and loss_fn")
+        for name, low in (("numWorkers", 1), ("batchSize", 1), ("epochs", 0),
+                          ("checkpointInterval", 1), ("keepCheckpoints", 1),
+                          ("inferenceBatchSize", 1)):
+            value = self.getOrDefault(name)
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}")
+
+    def _fingerprint(self) -> Dict[str, Any]:
+        # numWorkers is left out on purpose: a run may resume on a cluster of
+        # another size (same maths, other float summation order).
+        return {"estimator": "TorchEstimator", "batchSize": self.getBatchSize(),
+                "seed": self.getSeed(), "labelDtype": self.getLabelDtype()}
+
+    def _prepare_checkpoints(self) -> Optional[str]:
+        """The checkpoint directory, checked (or cleared) before the stage starts."""
+        if not self.getCheckpointDir():
+            return None
+        directory = normalize_directory(self.getCheckpointDir())
+        store = EpochCheckpoints(directory, self.getKeepCheckpoints())
+        if not self.getResume():
+            for epoch in store.epochs():
+                store.fs.delete_file(f"{store.root}/epoch-{epoch:06d}.pt")
+            return directory
+        state = store.load_latest()
+        if state is not None:
+            mine = self._fingerprint()
+            theirs = {k: state["fingerprint"].get(k) for k in mine}
+            if theirs != mine:
+                changed = sorted(k for k in mine if mine[k] != theirs[k])
+                raise ValueError(
+                    f"cannot resume from {directory}: its checkpoint was written with other "
+                    f"{', '.join(changed)} ({theirs}); use another checkpointDir or "
+                    f"resume=False")
+        return directory
+
+    def _spec(self, checkpoint_dir: Optional[str]) -> TorchTrainSpec:
+        plan = fault_plan()
+        return TorchTrainSpec(
+            model_fn=self.model_fn, loss_fn=self.loss_fn,
+            optimizer_fn=self.optimizer_fn or DefaultAdam(self.getLearningRate()),
+            features_col=self.getFeaturesCol(), label_col=self.getLabelCol(),
+            label_dtype=self.getLabelDtype(), batch_size=self.getBatchSize(),
+            epochs=self.getEpochs(), seed=self.getSeed(), use_gpu=self.getUseGpu(),
+            checkpoint_dir=checkpoint_dir, checkpoint_interval=self.getCheckpointInterval(),
+            keep_checkpoints=self.getKeepCheckpoints(), fingerprint=self._fingerprint(),
+            fail_rank=plan.fail_partition if plan else None,
+            fail_epoch=plan.fail_step if plan and plan.fail_partition is not None else None,
+        )
+
+    def _fit(self, dataset: DataFrame) -> "TorchModel":
+        self._validate()
+        sc = dataset.sparkSession.sparkContext
+        require_task_slots(sc, self.getNumWorkers(), self.getUseGpu())
+        spec = self._spec(self._prepare_checkpoints())
+        columns = training_columns(dataset, self.getFeaturesCol(), self.getLabelCol())
+        started = time.perf_counter()
+        stage = (columns.repartition(self.getNumWorkers())
+                 .mapInArrow(partition_trainer(spec), RESULT_SCHEMA, barrier=True)
+                 .repartition(1))
+        try:
+            rows = stage.collect()
+        except Exception as error:
+            raise TorchTrainingError(
+                f"TorchEstimator training failed on the executors:\n{_worker_traceback(error)}"
+            ) from error
+        wall = time.perf_counter() - started
+        first = next(r for r in rows if r.rank == 0)
+        info = json.loads(first.info)
+        model = TorchModel(self.model_fn, bytes(first.state), info["width"])
+        model._summary = TorchTrainingSummary(
+            lossHistory=list(first.history), epochs=self.getEpochs(),
+            stepsPerEpoch=info["steps"], numWorkers=len(rows), numInstances=info["rows"],
+            resumedFromEpoch=info["start"], epochSeconds=info["timings"], wallTime=wall)
+        logger.info("TorchEstimator: %d ranks, %d epochs (from %d), final loss %s, %.1f s",
+                    len(rows), self.getEpochs(), info["start"],
+                    first.history[-1] if first.history else None, wall)
+        self._copyValues(model)
+        return model
+
+    def copy(self, extra=None) -> "TorchEstimator":
+        return super().copy(extra)  # the *_fn attributes travel with copy.copy
+
+    def write(self) -> MLWriter:
+        return _CallablesWriter(self, {"model_fn": self.model_fn, "loss_fn": self.loss_fn,
+                                       "optimizer_fn": self.optimizer_fn})
+
+    @classmethod
+    def read(cls) -> MLReader:
+        return _CallablesReader(cls)
+
+
+class TorchModel(Model, TorchParams, MLReadable, MLWritable):
+    """A trained module; ``transform`` appends its predictions.
+
+    One output per row: ``predictionCol`` is that value. Several outputs
+    (class scores): ``predictionCol`` is the argmax and ``rawPredictionCol``
+    (if not empty) the output vector, as MLlib classifiers do.
+    """
+
+    def __init__(self, model_fn: Optional[Callable[[], Any]] = None,
+                 state: bytes = b"", num_features: int = 0) -> None:
+        super().__init__()
+        self.model_fn, self.state, self.num_features = model_fn, state, num_features
+        self._summary: Optional[TorchTrainingSummary] = None
+
+    @property
+    def hasSummary(self) -> bool:
+        return self._summary is not None
+
+    @property
+    def summary(self) -> TorchTrainingSummary:
+        if self._summary is None:
+            raise RuntimeError("no training summary: this model was loaded, not fitted here")
+        return self._summary
+
+    def copy(self, extra=None) -> "TorchModel":
+        that = super().copy(extra)
+        that._summary = self._summary
+        return that
+
+    def module(self):
+        """The trained ``torch.nn.Module``, rebuilt on the driver (eval mode)."""
+        return _load_module(self.model_fn, self.state)
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        sc = dataset.sparkSession.sparkContext
+        features = features_as_array(dataset, self.getFeaturesCol())
+        probe = self.module()
+        import torch
+
+        with torch.no_grad():
+            width = int(np.prod(probe(torch.zeros(1, self.num_features)).shape[1:]))
+        shipped = sc.broadcast((cloudpickle.dumps(self.model_fn), self.state))
+        predict = _predict_udf(shipped, self.getFeaturesCol(), self.getInferenceBatchSize(),
+                               width > 1)
+        packed = "__gradspark_torch"
+        out = dataset.withColumn(packed, predict(features))
+        if width > 1 and self.getRawPredictionCol():
+            out = out.withColumn(self.getRawPredictionCol(),
+                                 array_to_vector(F.col(f"{packed}.raw")))
+        if self.getPredictionCol():
+            out = out.withColumn(self.getPredictionCol(), F.col(f"{packed}.prediction"))
+        return out.drop(packed)
+
+    def write(self) -> MLWriter:
+        return _CallablesWriter(self, {"model_fn": self.model_fn}, state=self.state,
+                                extra={"numFeatures": self.num_features})
+
+    @classmethod
+    def read(cls) -> MLReader:
+        return _CallablesReader(cls)
+
+
+def _load_module(model_fn, state: bytes):
+    import torch
+
+    module = model_fn()
+    module.load_state_dict(torch.load(io.BytesIO(state), map_location="cpu", weights_only=True))
+    return module.eval()
+
+
+def _predict_udf(shipped, features_col: str, batch_rows: int, several_outputs: bool):
+    from pyspark.sql.functions import pandas_udf
+
+    # Iterator of batches: the module is rebuilt once per task, not per batch.
+    @pandas_udf("raw array<double>, prediction double")
+    def predict(series: Iterator[pd.Series]) -> Iterator[pd.DataFrame]:
+        import pyarrow as pa
+        import torch
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is not None:  # one task per core: don't oversubscribe them
+            torch.set_num_threads(max(1, context.cpus()))
+        fn_bytes, state = shipped.value
+        module = _load_module(cloudpickle.loads(fn_bytes), state)
+        for batch in series:
+            valid = batch.notna().to_numpy()
+            raw = np.full(len(batch), None, dtype=object)
+            prediction = np.full(len(batch), np.nan)
+            if valid.any():
+                X = features_matrix(pa.array(batch[valid].tolist(), pa.list_(pa.float32())),
+                                    features_col)
+                outputs = []
+                with torch.no_grad():
+                    for start in range(0, len(X), batch_rows):
+                        chunk = torch.from_numpy(X[start:start + batch_rows])
+                        outputs.append(module(chunk).reshape(len(chunk), -1).double().numpy())
+                scores = np.concatenate(outputs)
+                for position, row in zip(np.flatnonzero(valid), scores):
+                    raw[position] = row
+                prediction[valid] = (scores.argmax(axis=1) if several_outputs
+                                     else scores[:, 0])
+            yield pd.DataFrame({"raw": raw, "prediction": prediction})
+
+    return predict
+
+
+# -- persistence: Params as metadata JSON, callables and weights as one Parquet row --
+
+class _CallablesWriter(MLWriter):
+    def __init__(self, instance: Params, callables: Dict[str, Any], state: bytes = b"",
+                 extra: Optional[Dict[str, Any]] = None) -> None:
+        super().__init__()
+        self.instance, self.callables, self.state = instance, callables, state
+        self.extra = extra or {}
+
+    def saveImpl(self, path: str) -> None:
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
+                                         extraMetadata=self.extra)
+        row = {name: cloudpickle.dumps(fn) for name, fn in self.callables.items()}
+        row["state"] = self.state
+        schema = ", ".join(f"{name} binary" for name in row)
+        self.sparkSession.createDataFrame([tuple(row.values())], schema) \
+            .write.parquet(f"{path}/data")
+
+
+class _CallablesReader(MLReader):
+    def __init__(self, cls) -> None:
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path: str):
+        spark = self.sparkSession or SparkSession.getActiveSession()
+        metadata = DefaultParamsReader.loadMetadata(path, spark)
+        data = spark.read.parquet(f"{path}/data").first().asDict()
+        fns = {k: cloudpickle.loads(v) for k, v in data.items() if k != "state"}
+        if self.cls is TorchModel:
+            instance = TorchModel(fns["model_fn"], bytes(data["state"]),
+                                  metadata["numFeatures"])
+        else:
+            instance = self.cls(**fns)
+        instance._resetUid(metadata["uid"])
+        DefaultParamsReader.getAndSetParams(instance, metadata)
+        return instance

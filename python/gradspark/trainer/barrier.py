@@ -1,0 +1,121 @@
+"""Handing a barrier stage's tasks to ``torch.distributed``.
+
+Driver side, :func:`require_task_slots` fails fast when the cluster cannot
+run ``numWorkers`` tasks at once (a barrier stage that does not fit would
+otherwise wait for slots that never come). Executor side,
+:func:`process_group` turns the barrier tasks into one process group:
+
+* rank = the task's partition id, world size = the number of barrier tasks;
+* rank 0 starts a ``TCPStore`` on a port the OS picks, and the port reaches
+  the other ranks through ``BarrierTaskContext.allGather`` (no guessed port,
+  so no race for it);
+* ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` are
+  set too, for user code that reads them;
+* NCCL on the GPU Spark assigned to the task, gloo on the CPU;
+* ``destroy_process_group`` always runs, also on error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+#: Executors of a fresh cluster register over the first seconds; wait this long
+#: for enough of them before saying the cluster is too small.
+SLOT_WAIT_SECONDS = 60.0
+
+
+def max_concurrent_tasks(sc) -> int:
+    """Task slots of the default resource profile (counts cores and GPUs)."""
+    jsc = sc._jsc.sc()
+    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().resourceProfileFromId(0)))
+
+
+def require_task_slots(sc, num_workers: int, use_gpu: bool,
+                       wait_seconds: float = SLOT_WAIT_SECONDS) -> None:
+    """Raise a clear error if ``num_workers`` barrier tasks cannot all run at once."""
+    conf = sc.getConf()
+    if use_gpu and not conf.get("spark.task.resource.gpu.amount"):
+        raise ValueError(
+            "useGpu=True but Spark schedules no GPUs: set spark.task.resource.gpu.amount "
+            "(e.g. 1), spark.executor.resource.gpu.amount and a GPU discovery script "
+            "(spark.executor.resource.gpu.discoveryScript)")
+    deadline = time.monotonic() + wait_seconds
+    slots = max_concurrent_tasks(sc)
+    while slots < num_workers and time.monotonic() < deadline:
+        time.sleep(0.5)
+        slots = max_concurrent_tasks(sc)
+    if slots < num_workers:
+        resource = (f"tasks with spark.task.resource.gpu.amount="
+                    f"{conf.get('spark.task.resource.gpu.amount')} GPU(s) each"
+                    if use_gpu else "tasks")
+        raise ValueError(
+            f"numWorkers={num_workers} needs {num_workers} concurrent barrier tasks, but the "
+            f"cluster can run only {slots} {resource} at once; lower numWorkers or add "
+            f"executors")
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: "object"  # torch.device
+    backend: str
+
+
+def _task_gpu(ctx) -> int:
+    """CUDA ordinal of the GPU Spark assigned to this task."""
+    gpus = ctx.resources().get("gpu")
+    if gpus is None or not gpus.addresses:
+        raise RuntimeError(
+            "useGpu=True but Spark assigned this task no GPU: set "
+            "spark.task.resource.gpu.amount and spark.executor.resource.gpu.amount")
+    address = gpus.addresses[0].strip()
+    # Spark reports physical GPU ids; under CUDA_VISIBLE_DEVICES torch counts
+    # only the visible ones, renumbered from 0.
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
+    return visible.index(address) if address in visible else int(address)
+
+
+@contextmanager
+def process_group(use_gpu: bool, timeout_seconds: float = 1800.0) -> Iterator[ProcessGroup]:
+    """Join this barrier task to the stage's ``torch.distributed`` process group."""
+    import torch
+    import torch.distributed as dist
+    from pyspark import BarrierTaskContext
+
+    ctx = BarrierTaskContext.get()
+    rank = ctx.partitionId()
+    hosts = [info.address.rsplit(":", 1)[0] for info in ctx.getTaskInfos()]
+    world_size = len(hosts)
+    local_rank = hosts[:rank].count(hosts[rank])
+    if use_gpu:
+        if not torch.cuda.is_available():
+            raise RuntimeError("useGpu=True but torch on this executor has no CUDA device")
+        device = torch.device("cuda", _task_gpu(ctx))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+
+    timeout = datetime.timedelta(seconds=timeout_seconds)
+    store = None
+    if rank == 0:
+        store = dist.TCPStore(hosts[0], 0, world_size, is_master=True, timeout=timeout,
+                              wait_for_workers=False)
+    port = int(ctx.allGather(str(store.port) if store is not None else "")[0])
+    if store is None:
+        store = dist.TCPStore(hosts[0], port, world_size, is_master=False, timeout=timeout)
+    os.environ.update(MASTER_ADDR=hosts[0], MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank))
+    backend = "nccl" if use_gpu else "gloo"
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timeout)
+    try:
+        yield ProcessGroup(rank, world_size, local_rank, device, backend)
+    finally:
+        dist.destroy_process_group()

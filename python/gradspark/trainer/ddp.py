@@ -1,0 +1,233 @@
+"""The per-rank training loop of :class:`gradspark.TorchEstimator`.
+
+Every barrier task runs :func:`train_rank` on its partition. The ranks agree
+on one batch schedule so that each optimizer step is exactly one step of
+single-process mini-batch SGD on the union of the ranks' batches:
+
+* each epoch has ``S = ceil(N / batchSize)`` steps on every rank (N = rows of
+  all partitions), so no rank waits in a collective the others never reach;
+* rank r's rows, shuffled per epoch with seed ``(seed, epoch, r)``, are dealt
+  to steps round-robin starting at ``offset_r`` = rows of the ranks before
+  it, so every global batch has ``floor(N/S)`` or ``ceil(N/S)`` rows and every
+  row is used once per epoch (no padding, no dropped rows);
+* partitions need not be equal: rank r's mean batch loss is scaled by
+  ``W * b_r / B`` (its share of the global batch B), so DDP's gradient
+  *average* over W ranks is the gradient of the mean loss over the global
+  batch. ``loss_fn`` must therefore return the batch mean (torch's default
+  ``reduction="mean"``). A rank with no rows at some step runs one zero row
+  with weight 0, so its collectives still happen.
+
+Model initialization is seeded identically on every rank (and DDP broadcasts
+rank 0's parameters anyway); torch's RNG is reseeded per (epoch, rank), so a
+run resumed from an epoch checkpoint continues exactly as it would have.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import numpy as np
+
+from gradspark.checkpoints.epochs import EpochCheckpoints
+
+logger = logging.getLogger(__name__)
+
+RESULT_SCHEMA = "rank int, state binary, history array<double>, info string"
+
+
+class TorchTrainingError(RuntimeError):
+    """A user function or the training loop failed on an executor."""
+
+
+@dataclass(frozen=True)
+class TorchTrainSpec:
+    """Everything a rank needs; travels to the executors in the task closure."""
+
+    model_fn: Callable[[], Any]
+    loss_fn: Callable[[Any, Any], Any]
+    optimizer_fn: Callable[[Any], Any]
+    features_col: str
+    label_col: str
+    label_dtype: str
+    batch_size: int
+    epochs: int
+    seed: int
+    use_gpu: bool
+    checkpoint_dir: Optional[str] = None
+    checkpoint_interval: int = 1
+    keep_checkpoints: int = 2
+    fingerprint: Dict[str, Any] = field(default_factory=dict)
+    # Test-only fault plan: rank ``fail_rank`` raises on reaching ``fail_epoch``
+    # in an attempt that started from scratch (so a resumed retry passes).
+    fail_rank: Optional[int] = None
+    fail_epoch: Optional[int] = None
+
+
+def steps_per_epoch(total_rows: int, batch_size: int) -> int:
+    return max(1, math.ceil(total_rows / batch_size))
+
+
+def step_rows(order: np.ndarray, offset: int, steps: int, step: int) -> np.ndarray:
+    """Rows of this rank (in shuffled ``order``) that go to ``step``."""
+    return order[(step - offset) % steps::steps]
+
+
+def global_batch_size(total_rows: int, steps: int, step: int) -> int:
+    return total_rows // steps + (1 if step < total_rows % steps else 0)
+
+
+def _user_call(what: str, fn: Callable, *args):
+    try:
+        return fn(*args)
+    except Exception as error:
+        raise TorchTrainingError(f"{what} raised {type(error).__name__}: {error}\n"
+                                 f"{traceback.format_exc()}") from error
+
+
+def _to_label_tensor(torch, y: np.ndarray, spec: TorchTrainSpec, device):
+    if spec.label_dtype == "int64":
+        if not np.array_equal(y, np.round(y)):
+            raise TorchTrainingError(f"labelDtype='int64' but label column {spec.label_col!r} "
+                                     f"has non-integral values")
+        return torch.as_tensor(y.astype(np.int64), device=device)
+    return torch.as_tensor(y.astype(np.float32), device=device)
+
+
+def _batch_loss(spec, model, X, y):
+    output = _user_call("model forward", model, X)
+    target = y
+    # A (n, 1) output and an (n,) float label would broadcast to (n, n) in
+    # MSELoss/BCELoss: shape the label like the output when the sizes agree.
+    if target.is_floating_point() and output.shape != target.shape \
+            and output.numel() == target.numel():
+        target = target.reshape(output.shape)
+    return _user_call("loss_fn", spec.loss_fn, output, target)
+
+
+def train_rank(spec: TorchTrainSpec, group, X: np.ndarray, y: np.ndarray) -> Dict[str, Any]:
+    """Train on this rank's partition; returns rank 0's state and the loss history."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, world, device = group.rank, group.world_size, group.device
+    shapes: List[Any] = [None] * world
+    dist.all_gather_object(shapes, (len(X), X.shape[1] if len(X) else -1))
+    sizes = [n for n, _ in shapes]
+    widths = {d for _, d in shapes if d >= 0}
+    total = sum(sizes)
+    if total == 0:
+        raise TorchTrainingError("the training DataFrame is empty")
+    if len(widths) != 1:
+        raise TorchTrainingError(f"features column {spec.features_col!r} has vectors of "
+                                 f"different sizes on different partitions: {sorted(widths)}")
+    width = widths.pop()
+    fingerprint = {**spec.fingerprint, "rows": total, "features": width}
+    offset = sum(sizes[:rank])
+    steps = steps_per_epoch(total, spec.batch_size)
+
+    features = torch.as_tensor(X if len(X) else np.zeros((1, width), np.float32), device=device)
+    labels = _to_label_tensor(torch, y if len(y) else np.zeros(1), spec, device)
+
+    torch.manual_seed(spec.seed)
+    module = _user_call("model_fn", spec.model_fn).to(device)
+    model = DistributedDataParallel(module, device_ids=[device.index] if spec.use_gpu else None)
+    optimizer = _user_call("optimizer_fn", spec.optimizer_fn, model.parameters())
+
+    store = (EpochCheckpoints(spec.checkpoint_dir, spec.keep_checkpoints)
+             if spec.checkpoint_dir else None)
+    # Rank 0 reads the checkpoint and broadcasts it, so only rank 0's host
+    # needs to reach the directory on this attempt.
+    holder = [store.load_latest() if (store is not None and rank == 0) else None]
+    dist.broadcast_object_list(holder, src=0)
+    state = holder[0]
+    history: List[float] = []
+    start = 0
+    if state is not None:
+        if state["fingerprint"] != fingerprint:
+            raise TorchTrainingError(
+                f"the checkpoint in {spec.checkpoint_dir} was written by another run "
+                f"({state['fingerprint']}); this run is {fingerprint}: use another "
+                f"checkpointDir or resume=False")
+        module.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        history, start = list(state["history"]), int(state["epoch"])
+        if rank == 0:
+            logger.info("TorchEstimator resumed from epoch %d of %d", start, spec.epochs)
+
+    timings: List[float] = []
+    for epoch in range(start, spec.epochs):
+        if spec.fail_epoch == epoch and spec.fail_rank == rank and start == 0:
+            raise TorchTrainingError(f"injected failure: rank {rank}, epoch {epoch}")
+        started = time.perf_counter()
+        torch.manual_seed(hash((spec.seed, epoch, rank)) & 0x7FFFFFFF)
+        order = np.random.default_rng([spec.seed, epoch, rank]).permutation(len(X))
+        model.train()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        for step in range(steps):
+            rows = step_rows(order, offset, steps, step)
+            share = len(rows) / global_batch_size(total, steps, step)
+            index = torch.as_tensor(rows if len(rows) else np.zeros(1, np.int64), device=device)
+            loss = _batch_loss(spec, model, features[index], labels[index])
+            optimizer.zero_grad(set_to_none=True)
+            (loss * (world * share)).backward()
+            optimizer.step()
+            loss_sum += loss.detach().to(torch.float64) * len(rows)
+        dist.all_reduce(loss_sum)
+        epoch_loss = float(loss_sum) / total
+        if not math.isfinite(epoch_loss):
+            raise TorchTrainingError(f"training loss became {epoch_loss} in epoch {epoch + 1}; "
+                                     f"lower the learning rate or check the data")
+        history.append(epoch_loss)
+        timings.append(time.perf_counter() - started)
+        if rank == 0:
+            logger.info("TorchEstimator epoch %d/%d loss %.6g", epoch + 1, spec.epochs,
+                        epoch_loss)
+            done = epoch + 1
+            if store is not None and (done % spec.checkpoint_interval == 0
+                                      or done == spec.epochs):
+                store.save(done, {"epoch": done, "model": module.state_dict(),
+                                  "optimizer": optimizer.state_dict(), "history": history,
+                                  "fingerprint": fingerprint})
+    return {"module": module, "history": history, "start": start, "timings": timings,
+            "rows": total, "steps": steps, "width": width}
+
+
+def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow(..., barrier=True)`` function: one result row per rank."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import io
+        import json
+
+        import pyarrow as pa
+        import torch
+
+        from pyspark import BarrierTaskContext
+
+        from gradspark.data.columnar import partition_arrays
+        from gradspark.trainer.barrier import process_group
+
+        # One task per core: torch's default (all cores) would oversubscribe them.
+        torch.set_num_threads(max(1, BarrierTaskContext.get().cpus()))
+        X, y = partition_arrays(batches, spec.features_col, spec.label_col)
+        with process_group(spec.use_gpu) as group:
+            result = train_rank(spec, group, X, y)
+        state = None
+        if group.rank == 0:
+            buffer = io.BytesIO()
+            torch.save({k: v.cpu() for k, v in result["module"].state_dict().items()}, buffer)
+            state = buffer.getvalue()
+        info = {k: result[k] for k in ("start", "timings", "rows", "steps", "width")}
+        yield pa.RecordBatch.from_pydict(
+            {"rank": [group.rank], "state": [state], "history": [result["history"]],
+             "info": [json.dumps(info)]},
+            schema=pa.schema([("rank", pa.int32()), ("state", pa.binary()),
+                              ("history", pa.list_(pa.float64())), ("info", pa.string())]))
+
+    return run
