@@ -4,6 +4,9 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Installed before the [torch] extra so that pip finds it satisfied: here
+# torch==2.13.0 is a local CPU build, any other spec pulls GBs of CUDA wheels.
+TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test benchmark clean
@@ -11,7 +14,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q '$(TORCH)'
+	$(PY) -m pip install -q -e '.[dev,torch]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -44,6 +44,7 @@ from pyspark.sql import functions as F
 
 from gradspark.checkpoints.epochs import EpochCheckpoints, normalize_directory
 from gradspark.data.columnar import features_as_array, features_matrix, training_columns
+from gradspark.data.validation import InvalidDataError
 from gradspark.faults import fault_plan
 from gradspark.params import HasCheckpoints, _one_of
 from gradspark.trainer.barrier import require_task_slots
@@ -130,6 +131,7 @@ class TorchTrainingSummary:
     resumedFromEpoch: int
     epochSeconds: List[float] = field(default_factory=list)
     wallTime: float = 0.0
+    rankPids: List[int] = field(default_factory=list)  # one Python worker per rank
 
     @property
     def objectiveHistory(self) -> List[float]:
@@ -266,13 +268,21 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
                 f"TorchEstimator training failed on the executors:\n{_worker_traceback(error)}"
             ) from error
         wall = time.perf_counter() - started
+        if not rows:  # Spark skips the stage's tasks altogether on empty input
+            raise InvalidDataError("the training DataFrame is empty")
         first = next(r for r in rows if r.rank == 0)
         info = json.loads(first.info)
+        if "error" in info:
+            raise InvalidDataError(info["error"])
+        if "user_error" in info:
+            raise TorchTrainingError(f"TorchEstimator: a user function failed on the "
+                                     f"executors:\n{info['user_error']}")
         model = TorchModel(self.model_fn, bytes(first.state), info["width"])
         model._summary = TorchTrainingSummary(
             lossHistory=list(first.history), epochs=self.getEpochs(),
             stepsPerEpoch=info["steps"], numWorkers=len(rows), numInstances=info["rows"],
-            resumedFromEpoch=info["start"], epochSeconds=info["timings"], wallTime=wall)
+            resumedFromEpoch=info["start"], epochSeconds=info["timings"], wallTime=wall,
+            rankPids=[json.loads(r.info)["pid"] for r in sorted(rows, key=lambda r: r.rank)])
         logger.info("TorchEstimator: %d ranks, %d epochs (from %d), final loss %s, %.1f s",
                     len(rows), self.getEpochs(), info["start"],
                     first.history[-1] if first.history else None, wall)

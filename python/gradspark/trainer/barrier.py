@@ -44,6 +44,8 @@ def require_task_slots(sc, num_workers: int, use_gpu: bool,
             "useGpu=True but Spark schedules no GPUs: set spark.task.resource.gpu.amount "
             "(e.g. 1), spark.executor.resource.gpu.amount and a GPU discovery script "
             "(spark.executor.resource.gpu.discoveryScript)")
+    if sc.master.startswith("local[") or sc.master == "local":
+        wait_seconds = 0.0  # one JVM: its slots are all there from the start
     deadline = time.monotonic() + wait_seconds
     slots = max_concurrent_tasks(sc)
     while slots < num_workers and time.monotonic() < deadline:

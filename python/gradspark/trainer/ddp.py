@@ -24,8 +24,10 @@ run resumed from an epoch checkpoint continues exactly as it would have.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import numpy as np
 
 from gradspark.checkpoints.epochs import EpochCheckpoints
+from gradspark.data.validation import InvalidDataError
 
 logger = logging.getLogger(__name__)
 
@@ -89,13 +92,42 @@ def _user_call(what: str, fn: Callable, *args):
                                  f"{traceback.format_exc()}") from error
 
 
-def _to_label_tensor(torch, y: np.ndarray, spec: TorchTrainSpec, device):
-    if spec.label_dtype == "int64":
-        if not np.array_equal(y, np.round(y)):
-            raise TorchTrainingError(f"labelDtype='int64' but label column {spec.label_col!r} "
-                                     f"has non-integral values")
-        return torch.as_tensor(y.astype(np.int64), device=device)
-    return torch.as_tensor(y.astype(np.float32), device=device)
+def _label_tensor(torch, y: np.ndarray, spec: TorchTrainSpec, device):
+    dtype = np.int64 if spec.label_dtype == "int64" else np.float32
+    return torch.as_tensor(y.astype(dtype), device=device)
+
+
+@dataclass(frozen=True)
+class DataLayout:
+    """Row counts of every rank and the feature width, agreed before training."""
+
+    sizes: List[int]
+    width: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+
+def check_partition(X: np.ndarray, y: np.ndarray, spec: TorchTrainSpec) -> None:
+    if spec.label_dtype == "int64" and not np.array_equal(y, np.round(y)):
+        raise InvalidDataError(f"labelDtype='int64' but label column {spec.label_col!r} has "
+                               f"non-integral values")
+
+
+def agree_on_layout(reports: List[Dict[str, Any]], features_col: str) -> DataLayout:
+    """The layout from every rank's report; InvalidDataError if the data cannot train."""
+    problems = [r["error"] for r in reports if r.get("error")]
+    if problems:
+        raise InvalidDataError(problems[0])
+    total = sum(r["rows"] for r in reports)
+    if total == 0:
+        raise InvalidDataError("the training DataFrame is empty")
+    widths = sorted({r["width"] for r in reports if r["rows"]})
+    if len(widths) != 1:
+        raise InvalidDataError(f"features column {features_col!r} has vectors of different "
+                               f"sizes on different partitions: {widths}")
+    return DataLayout([r["rows"] for r in reports], widths[0])
 
 
 def _batch_loss(spec, model, X, y):
@@ -109,30 +141,44 @@ def _batch_loss(spec, model, X, y):
     return _user_call("loss_fn", spec.loss_fn, output, target)
 
 
-def train_rank(spec: TorchTrainSpec, group, X: np.ndarray, y: np.ndarray) -> Dict[str, Any]:
+def rehearse(spec: TorchTrainSpec, X: np.ndarray, y: np.ndarray, width: int) -> Optional[str]:
+    """One forward/backward on a few rows, outside any process group.
+
+    Most mistakes in user functions (wrong shapes or dtypes, a loss that
+    raises) show here; reported through allGather, they end the stage on
+    every rank at once rather than in a failure Spark retries. Returns the
+    error text, or None.
+    """
+    import torch
+
+    try:
+        rows = min(len(X), 8)
+        features = torch.as_tensor(X[:rows] if rows else np.zeros((1, width), np.float32))
+        labels = _label_tensor(torch, y[:rows] if rows else np.zeros(1), spec, "cpu")
+        module = _user_call("model_fn", spec.model_fn)
+        optimizer = _user_call("optimizer_fn", spec.optimizer_fn, module.parameters())
+        _batch_loss(spec, module, features, labels).backward()
+        optimizer.zero_grad(set_to_none=True)
+        return None
+    except TorchTrainingError as error:
+        return str(error)
+
+
+def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
+               y: np.ndarray) -> Dict[str, Any]:
     """Train on this rank's partition; returns rank 0's state and the loss history."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     rank, world, device = group.rank, group.world_size, group.device
-    shapes: List[Any] = [None] * world
-    dist.all_gather_object(shapes, (len(X), X.shape[1] if len(X) else -1))
-    sizes = [n for n, _ in shapes]
-    widths = {d for _, d in shapes if d >= 0}
-    total = sum(sizes)
-    if total == 0:
-        raise TorchTrainingError("the training DataFrame is empty")
-    if len(widths) != 1:
-        raise TorchTrainingError(f"features column {spec.features_col!r} has vectors of "
-                                 f"different sizes on different partitions: {sorted(widths)}")
-    width = widths.pop()
+    total, width = layout.total, layout.width
     fingerprint = {**spec.fingerprint, "rows": total, "features": width}
-    offset = sum(sizes[:rank])
+    offset = sum(layout.sizes[:rank])
     steps = steps_per_epoch(total, spec.batch_size)
 
     features = torch.as_tensor(X if len(X) else np.zeros((1, width), np.float32), device=device)
-    labels = _to_label_tensor(torch, y if len(y) else np.zeros(1), spec, device)
+    labels = _label_tensor(torch, y if len(y) else np.zeros(1), spec, device)
 
     torch.manual_seed(spec.seed)
     module = _user_call("model_fn", spec.model_fn).to(device)
@@ -203,31 +249,57 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import io
-        import json
 
-        import pyarrow as pa
         import torch
-
         from pyspark import BarrierTaskContext
 
         from gradspark.data.columnar import partition_arrays
         from gradspark.trainer.barrier import process_group
 
+        context = BarrierTaskContext.get()
         # One task per core: torch's default (all cores) would oversubscribe them.
-        torch.set_num_threads(max(1, BarrierTaskContext.get().cpus()))
-        X, y = partition_arrays(batches, spec.features_col, spec.label_col)
+        torch.set_num_threads(max(1, context.cpus()))
+        # Every rank reports its rows (or what is wrong with them) through
+        # allGather before any process group exists: bad data then ends the
+        # stage with one clear error on every rank, instead of a failure that
+        # Spark would retry while the other ranks wait in a collective.
+        try:
+            X, y = partition_arrays(batches, spec.features_col, spec.label_col)
+            check_partition(X, y, spec)
+            report = {"rows": len(X), "width": int(X.shape[1])}
+        except InvalidDataError as error:
+            X = y = None
+            report = {"error": str(error)}
+        reports = [json.loads(r) for r in context.allGather(json.dumps(report))]
+        rank = context.partitionId()
+        try:
+            layout = agree_on_layout(reports, spec.features_col)
+        except InvalidDataError as error:
+            yield _result_batch(rank, None, [], {"error": str(error)})
+            return
+        problems = context.allGather(rehearse(spec, X, y, layout.width) or "")
+        if any(problems):
+            yield _result_batch(rank, None, [], {"user_error": next(p for p in problems if p)})
+            return
         with process_group(spec.use_gpu) as group:
-            result = train_rank(spec, group, X, y)
+            result = train_rank(spec, group, layout, X, y)
         state = None
         if group.rank == 0:
             buffer = io.BytesIO()
             torch.save({k: v.cpu() for k, v in result["module"].state_dict().items()}, buffer)
             state = buffer.getvalue()
         info = {k: result[k] for k in ("start", "timings", "rows", "steps", "width")}
-        yield pa.RecordBatch.from_pydict(
-            {"rank": [group.rank], "state": [state], "history": [result["history"]],
-             "info": [json.dumps(info)]},
-            schema=pa.schema([("rank", pa.int32()), ("state", pa.binary()),
-                              ("history", pa.list_(pa.float64())), ("info", pa.string())]))
+        info["pid"] = os.getpid()
+        yield _result_batch(group.rank, state, result["history"], info)
 
     return run
+
+
+def _result_batch(rank: int, state: Optional[bytes], history: List[float],
+                  info: Dict[str, Any]):
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict(
+        {"rank": [rank], "state": [state], "history": [history], "info": [json.dumps(info)]},
+        schema=pa.schema([("rank", pa.int32()), ("state", pa.binary()),
+                          ("history", pa.list_(pa.float64())), ("info", pa.string())]))

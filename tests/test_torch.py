@@ -1,0 +1,189 @@
+"""TorchEstimator on the shared local[2] session: DDP (gloo) across two barrier tasks."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pyspark.ml import Pipeline, PipelineModel  # noqa: E402
+from pyspark.ml.linalg import Vectors  # noqa: E402
+
+from gradspark import InvalidDataError, TorchEstimator, TorchModel, TorchTrainingError  # noqa: E402
+from gradspark.trainer.ddp import global_batch_size, step_rows, steps_per_epoch  # noqa: E402
+from torch_support import (  # noqa: E402
+    digits,
+    digits_mlp,
+    full_batch_reference,
+    regression_arrays,
+    sgd,
+    small_regressor,
+    state_arrays,
+)
+
+
+@pytest.fixture(scope="module")
+def digits_data(spark):
+    return digits(spark)
+
+
+@pytest.fixture(scope="module")
+def digits_model(digits_data):
+    train, _, _, _ = digits_data
+    estimator = TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), numWorkers=2,
+                               batchSize=64, epochs=12, learningRate=0.01, labelDtype="int64")
+    return estimator.fit(train)
+
+
+def test_mlp_on_digits_reaches_stated_accuracy(digits_data, digits_model):
+    _, test, X_test, y_test = digits_data
+    summary = digits_model.summary
+    assert summary.numWorkers == 2 and summary.numInstances == 1437
+    assert summary.stepsPerEpoch == steps_per_epoch(1437, 64) == 23
+    assert len(summary.lossHistory) == 12
+    assert summary.lossHistory[-1] < 0.25 * summary.lossHistory[0]
+    predicted = digits_model.transform(test).select("label", "prediction", "rawPrediction")
+    rows = predicted.collect()
+    accuracy = np.mean([r.prediction == r.label for r in rows])
+    assert accuracy >= 0.94, accuracy
+    # transform agrees with the module run directly on the driver.
+    with torch.no_grad():
+        direct = digits_model.module()(torch.tensor(X_test, dtype=torch.float32)).numpy()
+    raw = np.array([r.rawPrediction.toArray() for r in rows])
+    np.testing.assert_allclose(raw, direct, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal([r.prediction for r in rows], direct.argmax(axis=1))
+    assert [r.label for r in rows] == list(y_test)
+
+
+def test_two_ranks_take_the_single_process_steps(spark):
+    # 301 rows over 2 ranks: partitions of unequal size, where a plain DDP
+    # average of the two ranks' mean losses would weight rows unequally.
+    X, y = regression_arrays(301)
+    df = spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(X, y)],
+                               ["features", "label"])
+    model = TorchEstimator(small_regressor, torch.nn.MSELoss(), sgd(0.2), numWorkers=2,
+                           batchSize=1000, epochs=25, seed=5).fit(df)
+    reference = full_batch_reference(small_regressor, X, y, lr=0.2, epochs=25, seed=5)
+    ours = state_arrays(model.module())
+    for name, value in reference.items():
+        np.testing.assert_allclose(ours[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    # One output per row: the prediction is that output.
+    first = model.transform(df.limit(3)).collect()
+    with torch.no_grad():
+        direct = model.module()(torch.tensor(np.stack([r.features.toArray() for r in first]),
+                                             dtype=torch.float32)).numpy()[:, 0]
+    np.testing.assert_allclose([r.prediction for r in first], direct, rtol=1e-6)
+    assert "rawPrediction" not in model.transform(df.limit(1)).columns
+
+
+@pytest.mark.parametrize("sizes,batch", [([151, 150], 64), ([7, 0, 30], 4), ([1, 1], 1),
+                                         ([100], 7), ([3, 5], 100)])
+def test_batch_schedule_is_an_exact_partition_of_each_epoch(sizes, batch):
+    total = sum(sizes)
+    steps = steps_per_epoch(total, batch)
+    offsets = np.cumsum([0] + sizes[:-1])
+    seen = {r: [] for r in range(len(sizes))}
+    for step in range(steps):
+        local = [step_rows(np.arange(n), o, steps, step) for n, o in zip(sizes, offsets)]
+        assert sum(len(rows) for rows in local) == global_batch_size(total, steps, step)
+        assert global_batch_size(total, steps, step) >= 1
+        # The rank weights W * b_r / B turn DDP's average into the global mean.
+        values = [np.random.default_rng(step).normal(size=n) for n in sizes]
+        means = [v[rows].mean() if len(rows) else 0.0 for v, rows in zip(values, local)]
+        shares = [len(rows) / global_batch_size(total, steps, step) for rows in local]
+        ddp_average = np.mean([len(sizes) * s * m for s, m in zip(shares, means)])
+        union = np.concatenate([v[rows] for v, rows in zip(values, local)])
+        np.testing.assert_allclose(ddp_average, union.mean())
+        for r, rows in enumerate(local):
+            seen[r].extend(rows.tolist())
+    for r, n in enumerate(sizes):
+        assert sorted(seen[r]) == list(range(n))  # every row once per epoch
+
+
+def test_model_round_trips_inside_a_pipeline(spark, digits_data, tmp_path):
+    train, test, _, _ = digits_data
+    small = train.limit(300)
+    pipeline = Pipeline(stages=[TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(),
+                                               numWorkers=2, epochs=2, labelDtype="int64",
+                                               predictionCol="digit")])
+    fitted = pipeline.fit(small)
+    fitted.write().overwrite().save(str(tmp_path / "pipeline"))
+    loaded = PipelineModel.load(str(tmp_path / "pipeline"))
+    stage = loaded.stages[0]
+    assert isinstance(stage, TorchModel) and stage.getPredictionCol() == "digit"
+    assert stage.getLabelDtype() == "int64" and stage.getEpochs() == 2
+    before = [r.digit for r in fitted.transform(test).collect()]
+    after = [r.digit for r in loaded.transform(test).collect()]
+    assert before == after
+    for name, value in state_arrays(fitted.stages[0].module()).items():
+        np.testing.assert_array_equal(state_arrays(stage.module())[name], value)
+    # The unfitted estimator persists too (its functions pickled by value).
+    estimator = TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), sgd(0.1), epochs=3)
+    estimator.write().overwrite().save(str(tmp_path / "estimator"))
+    again = TorchEstimator.load(str(tmp_path / "estimator"))
+    assert again.getEpochs() == 3 and again.model_fn().state_dict().keys() == \
+        digits_mlp().state_dict().keys()
+
+
+def test_resumed_fit_matches_uninterrupted(spark, digits_data, tmp_path):
+    train = digits_data[0].limit(400)
+    def estimator(epochs, directory):
+        return TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), numWorkers=2,
+                              epochs=epochs, batchSize=32, labelDtype="int64", seed=3,
+                              checkpointDir=str(directory))
+    straight = estimator(4, tmp_path / "a").fit(train)
+    estimator(2, tmp_path / "b").fit(train)
+    resumed = estimator(4, tmp_path / "b").fit(train)
+    assert resumed.summary.resumedFromEpoch == 2
+    np.testing.assert_allclose(resumed.summary.lossHistory, straight.summary.lossHistory,
+                               rtol=1e-6)
+    for name, value in state_arrays(straight.module()).items():
+        np.testing.assert_allclose(state_arrays(resumed.module())[name], value, rtol=1e-5,
+                                   atol=1e-7)
+    with pytest.raises(ValueError, match="batchSize"):
+        estimator(5, tmp_path / "b").setParams(batchSize=16).fit(train)
+
+
+def test_worker_error_surfaces_its_traceback(spark, digits_data):
+    def broken_loss(output, target):
+        raise ArithmeticError("loss exploded on purpose")
+
+    with pytest.raises(TorchTrainingError) as caught:
+        TorchEstimator(digits_mlp, broken_loss, numWorkers=2, epochs=1,
+                       labelDtype="int64").fit(digits_data[0].limit(50))
+    message = str(caught.value)
+    assert "loss exploded on purpose" in message and "Traceback" in message
+    assert "broken_loss" in message
+
+
+def test_too_many_workers_or_gpus_fail_fast(spark, digits_data):
+    train = digits_data[0].limit(20)
+    with pytest.raises(ValueError, match="numWorkers=3 needs 3 concurrent barrier tasks"):
+        TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), numWorkers=3).fit(train)
+    with pytest.raises(ValueError, match="spark.task.resource.gpu.amount"):
+        TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), useGpu=True).fit(train)
+    with pytest.raises(ValueError, match="needs model_fn and loss_fn"):
+        TorchEstimator(digits_mlp).fit(train)
+
+
+def test_bad_input_is_named(spark):
+    rows = [(Vectors.dense([0.0, 1.0]), 1.0), (Vectors.dense([float("nan"), 1.0]), 0.0)]
+    df = spark.createDataFrame(rows, ["x", "y"])
+    two_inputs = TorchEstimator(lambda: torch.nn.Linear(2, 1), torch.nn.MSELoss(),
+                                featuresCol="x", labelCol="y", numWorkers=1)
+    with pytest.raises(InvalidDataError, match="column 'x' has NaN or infinite values"):
+        two_inputs.fit(df)
+    halves = spark.createDataFrame([(Vectors.dense([0.0, 1.0]), 0.5)], ["x", "y"])
+    with pytest.raises(InvalidDataError, match="label column 'y' has non-integral"):
+        two_inputs.copy({two_inputs.labelDtype: "int64"}).fit(halves)
+    ragged = spark.createDataFrame([(Vectors.dense([0.0, 1.0]), 0.0),
+                                    (Vectors.dense([1.0]), 1.0)], ["x", "y"])
+    with pytest.raises(InvalidDataError, match="vector of size 1 where 2 was expected"):
+        two_inputs.copy({two_inputs.numWorkers: 1}).fit(ragged)
+    with pytest.raises(InvalidDataError, match="the training DataFrame is empty"):
+        two_inputs.copy({two_inputs.numWorkers: 2}).fit(df.limit(0))
+    with pytest.raises(ValueError, match="label column 'label' not found"):
+        TorchEstimator(lambda: torch.nn.Linear(2, 1), torch.nn.MSELoss(),
+                       featuresCol="x").fit(df)
+    with pytest.raises(InvalidDataError, match="expected a vector"):
+        TorchEstimator(lambda: torch.nn.Linear(2, 1), torch.nn.MSELoss(),
+                       featuresCol="y", labelCol="y").fit(df)

@@ -1,0 +1,66 @@
+"""Models, data and a reference loop shared by the torch tests and their cluster job.
+
+The module is pickled by value, so executors need not import it from tests/.
+"""
+
+import sys
+
+import numpy as np
+import torch
+from pyspark import cloudpickle
+from pyspark.ml.linalg import Vectors
+from sklearn.datasets import load_digits
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def digits_mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+
+
+def small_regressor() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def sgd(lr: float):
+    def make(parameters):
+        return torch.optim.SGD(parameters, lr=lr)
+
+    return make
+
+
+def digits(spark, rows=None):
+    """(train DataFrame, test DataFrame, X_test, y_test) of scikit-learn's digits, scaled to [0, 1]."""
+    X, y = load_digits(return_X_y=True)
+    X = X / 16.0
+    order = np.random.default_rng(0).permutation(len(X))[:rows]
+    X, y = X[order], y[order]
+    cut = int(0.8 * len(X))
+    frame = [(Vectors.dense(x), float(t)) for x, t in zip(X, y)]
+    train = spark.createDataFrame(frame[:cut], ["features", "label"])
+    test = spark.createDataFrame(frame[cut:], ["features", "label"])
+    return train, test, X[cut:], y[cut:]
+
+
+def regression_arrays(rows: int = 301, seed: int = 3):
+    g = np.random.default_rng(seed)
+    X = g.normal(size=(rows, 5)).astype(np.float32)
+    y = (np.sin(X[:, 0]) + X[:, 1] * X[:, 2] + 0.1 * g.normal(size=rows)).astype(np.float32)
+    return X, y
+
+
+def full_batch_reference(model_fn, X, y, lr: float, epochs: int, seed: int):
+    """One process, one full-batch SGD step per epoch, mean squared error."""
+    torch.manual_seed(seed)
+    model = model_fn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    features, target = torch.from_numpy(X), torch.from_numpy(y).reshape(-1, 1)
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(features), target).backward()
+        optimizer.step()
+    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
+
+
+def state_arrays(module) -> dict:
+    return {k: v.detach().cpu().numpy() for k, v in module.state_dict().items()}
