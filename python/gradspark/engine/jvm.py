@@ -1,0 +1,266 @@
+"""JVM gradient engine: Scala blockify/validation/statistics and gradient kernels.
+
+Everything heavy runs in the JVM (``scala/src/main/scala/io/gradspark/kernels``):
+the blocks are built, validated and cached by Scala code, and each step is one
+Spark job of Scala kernels (broadcast weights, ``treeAggregate``); Python only
+sends the weights and receives the sums, as little-endian float64 bytes
+through py4j. Nothing is built or started at import time.
+
+The kernels jar is built from the sources on first use (see
+:mod:`gradspark.engine.kernels_build`) and added to the running session:
+``SparkContext.addJar`` ships it to the executors, and on the driver it is
+loaded through its own ``URLClassLoader`` (so only primitive arrays ever come
+back from tasks). A jar given in ``spark.jars`` at session start is used as is.
+
+Mini-batch sampling draws Bernoulli(fraction) rows from a
+``java.util.SplittableRandom`` seeded by ``(seed, step, partition)``: the same
+seed gives the same sample, but not the sample numpy draws in the Python engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Optional
+
+import numpy as np
+import scipy.sparse as sp
+
+from gradspark.data.blocks import BINARY, CLASS_INDEX, Block
+from gradspark.data.dataset import _num_features
+from gradspark.data.statistics import DataStatistics, Moments
+from gradspark.data.validation import InvalidDataError, check_schema, raising_data_errors
+from gradspark.engine.sums import GradientSums
+from gradspark.losses import Loss
+
+logger = logging.getLogger(__name__)
+
+ENTRY_CLASS = "io.gradspark.kernels.PythonEntry"
+_STATS_HEADER = 7
+
+_lock = threading.Lock()
+_loaded: dict = {}  # id of the JVM SparkContext -> (JavaSparkContext, entry object)
+
+
+def load_kernels(spark):
+    """The Scala entry object (``io.gradspark.kernels.PythonEntry``) for this session.
+
+    Raises RuntimeError when the jar can be neither built nor loaded.
+    """
+    sc = spark.sparkContext if hasattr(spark, "sparkContext") else spark
+    jvm = sc._jvm
+    key = sc._jsc.sc().hashCode()
+    with _lock:
+        cached = _loaded.get(key)
+        if cached is not None and cached[0] is sc._jsc:
+            return cached[1]
+        try:
+            entry = _visible_entry(jvm)
+            if entry is None:
+                entry = _load_jar(sc)
+        except RuntimeError:
+            raise
+        except Exception as exc:
+            raise RuntimeError(f"cannot load the gradspark JVM kernels: {exc}") from exc
+        _loaded[key] = (sc._jsc, entry)
+        return entry
+
+
+def _visible_entry(jvm):
+    """The entry object when the jar is already on the driver's class path."""
+    try:
+        cls = jvm.py4j.reflection.ReflectionUtil.classForName(ENTRY_CLASS + "$")
+    except Exception:
+        return None
+    return cls.getField("MODULE$").get(None)
+
+
+def _load_jar(sc):
+    from gradspark.engine.kernels_build import ensure_jar
+
+    try:
+        jar = ensure_jar()
+    except Exception as exc:
+        raise RuntimeError(f"cannot build the gradspark JVM kernels jar: {exc}") from exc
+    jvm = sc._jvm
+    url = jvm.java.io.File(str(jar)).toURI().toURL()
+    sc._jsc.sc().addJar(str(jar))  # executors fetch it before their next task
+    gateway = sc._gateway
+    urls = gateway.new_array(jvm.java.net.URL, 1)
+    urls[0] = url
+    parent = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    loader = jvm.java.net.URLClassLoader(urls, parent)
+    cls = loader.loadClass(ENTRY_CLASS + "$")
+    entry = cls.getField("MODULE$").get(None)
+    logger.info("loaded gradspark JVM kernels from %s", jar)
+    return entry
+
+
+def _to_bytes(array: np.ndarray) -> bytes:
+    return np.ascontiguousarray(array, dtype="<f8").tobytes()
+
+
+def _from_bytes(data) -> np.ndarray:
+    return np.frombuffer(bytes(data), dtype="<f8")
+
+
+def decode_block(data: bytes) -> Block:
+    """A block encoded by the Scala EncodeBlockFunction -> gradspark.data.blocks.Block."""
+    data = bytes(data)
+    kind, n, d, nnz, first_row = (int(v) for v in np.frombuffer(data, dtype="<i8", count=5))
+    pos = 40
+    labels = np.frombuffer(data, dtype="<f8", count=n, offset=pos).copy()
+    pos += 8 * n
+    weights = np.frombuffer(data, dtype="<f8", count=n, offset=pos).copy()
+    pos += 8 * n
+    if kind == 0:
+        features = np.frombuffer(data, dtype="<f8", count=n * d, offset=pos).reshape(n, d).copy()
+    else:
+        indptr = np.frombuffer(data, dtype="<i8", count=n + 1, offset=pos)
+        pos += 8 * (n + 1)
+        indices = np.frombuffer(data, dtype="<i4", count=nnz, offset=pos)
+        pos += 4 * nnz
+        values = np.frombuffer(data, dtype="<f8", count=nnz, offset=pos)
+        features = sp.csr_matrix((values.copy(), indices.copy(), indptr.copy()), shape=(n, d))
+    return Block(features, labels, weights, first_row)
+
+
+def _statistics(flat: np.ndarray, d: int) -> Optional[DataStatistics]:
+    if len(flat) == 0:
+        return None
+    h = _STATS_HEADER
+    k = int(flat[6])
+    total = float(flat[1])
+    return DataStatistics(
+        count=int(flat[0]),
+        weight_sum=total,
+        weight_sq_sum=float(flat[2]),
+        features=Moments(total, flat[h:h + d].copy(), flat[h + d:h + 2 * d].copy()),
+        label=Moments(total, np.array([flat[4]]), np.array([flat[5]])),
+        label_max=float(flat[3]),
+        class_weights=flat[h + 2 * d:h + 2 * d + k].copy(),
+    )
+
+
+class JvmTrainingData:
+    """Training blocks validated, cached and summarized by Scala code, for one fit.
+
+    Same interface and semantics as :class:`gradspark.data.dataset.TrainingData`:
+    one Spark job over the input (blockify + validate, cache ``MEMORY_AND_DISK``,
+    tree-aggregated statistics), an optional reliable RDD checkpoint of the
+    blocks, :meth:`release` (or the context manager) unpersists everything.
+    """
+
+    def __init__(
+        self,
+        df,
+        features_col: str,
+        label_col: str,
+        weight_col: Optional[str],
+        label_domain: str,
+        block_size: int,
+        aggregation_depth: int,
+        checkpoint_dir: Optional[str] = None,
+    ) -> None:
+        check_schema(df, features_col, label_col, weight_col)
+        self.num_features = _num_features(df, features_col)
+        self.spark = df.sparkSession
+        self.label_domain = label_domain
+        self.aggregation_depth = aggregation_depth
+        entry = load_kernels(self.spark)
+        sc = self.spark.sparkContext
+        if checkpoint_dir and sc.getCheckpointDir() is None:
+            sc.setCheckpointDir(checkpoint_dir)
+            logger.info("SparkContext checkpoint directory set to %s", checkpoint_dir)
+        self.blocks = entry.blockify(
+            df._jdf, features_col, label_col, weight_col or "", label_domain,
+            self.num_features, int(block_size), bool(checkpoint_dir),
+        )
+        track_classes = label_domain in (BINARY, CLASS_INDEX)
+        try:
+            with raising_data_errors():
+                flat = _from_bytes(self.blocks.statistics(track_classes, int(aggregation_depth)))
+        except BaseException:
+            self.release()
+            raise
+        stats = _statistics(flat, self.num_features)
+        if stats is None or stats.count == 0:
+            self.release()
+            raise InvalidDataError("the training DataFrame is empty")
+        if stats.weight_sum <= 0:
+            self.release()
+            raise InvalidDataError(
+                f"the weights in column {weight_col!r} sum to zero; nothing to train on"
+            )
+        self.statistics: DataStatistics = stats
+        logger.info(
+            "cached %d rows x %d features in %d partitions in the JVM (weight sum %g)",
+            stats.count, self.num_features, self.blocks.numPartitions(), stats.weight_sum,
+        )
+
+    def python_blocks(self):
+        """The cached blocks as a pyspark RDD of :class:`Block` (read once, not per step)."""
+        from pyspark.sql import DataFrame
+
+        frame = DataFrame(self.blocks.binaryFrame(), self.spark)
+        return frame.rdd.map(lambda row: decode_block(row[0]))
+
+    def release(self) -> None:
+        self.blocks.release()
+
+    def __enter__(self) -> "JvmTrainingData":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _loss_constants(loss: Loss) -> np.ndarray:
+    if loss.name == "squaredError":
+        return np.array([loss.label_shift, loss.label_scale], dtype=np.float64)
+    if loss.name == "huber":
+        return np.array([loss.epsilon], dtype=np.float64)
+    if loss.name in ("logistic", "multinomial", "hinge"):
+        return np.zeros(0)
+    raise ValueError(f"the JVM engine has no kernel for loss {loss.name!r}")
+
+
+class JvmGradientEngine:
+    """Distributed gradient sums with Scala kernels: one Spark job per call."""
+
+    def __init__(self, data: JvmTrainingData, loss: Loss, aggregation_depth: int = 2) -> None:
+        self.data = data
+        self.loss = loss
+        self.aggregation_depth = aggregation_depth
+        self._constants = _to_bytes(_loss_constants(loss))
+
+    def gradient_sums(
+        self,
+        coef: np.ndarray,
+        offset: np.ndarray,
+        aux: np.ndarray,
+        fraction: float = 1.0,
+        seed: int = 0,
+        step: int = 0,
+    ) -> Optional[GradientSums]:
+        """Sums over all rows, or over a Bernoulli(fraction) sample seeded by (seed, step)."""
+        coef = np.asarray(coef, dtype=np.float64)
+        d = self.data.num_features
+        k = coef.shape[1] if coef.ndim == 2 else 1
+        offset = np.asarray(offset, dtype=np.float64).reshape(k)
+        aux = np.asarray(aux, dtype=np.float64).ravel()
+        params = _to_bytes(np.concatenate([coef.reshape(d * k), offset, aux]))
+        seed64 = int(seed) & 0xFFFFFFFFFFFFFFFF
+        if seed64 >= 1 << 63:
+            seed64 -= 1 << 64
+        raw = self.data.blocks.gradientSums(
+            self.loss.name, k, len(aux), self._constants, params, float(fraction),
+            seed64, int(step), int(self.aggregation_depth),
+        )
+        flat = _from_bytes(raw)
+        if len(flat) == 0 or flat[-1] == 0:
+            return None
+        size = d * k + k + len(aux)
+        return GradientSums.from_vector(
+            flat[:size].copy(), d, k, float(flat[size]), float(flat[size + 1]), int(flat[size + 2])
+        )

@@ -1,0 +1,285 @@
+package io.gradspark.kernels
+
+import java.util.SplittableRandom
+
+import dev.ludovic.netlib.blas.BLAS
+import org.apache.spark.broadcast.Broadcast
+
+/** Per-row losses of gradspark/losses.py, over a block of margins.
+ *
+ * `evaluate` overwrites margins (n x k, row-major) with the weighted
+ * d loss / d margins and returns the weighted loss sum; d_aux is added to
+ * `dAux`. Same formulas (and the same overflow-free forms) as numpy's.
+ */
+object Losses {
+  private val Ln2 = math.log(2.0)
+
+  /** numpy.logaddexp(0, m). */
+  def softplus(m: Double): Double =
+    if (m == 0.0) Ln2
+    else if (m > 0) m + math.log1p(math.exp(-m))
+    else math.log1p(math.exp(m))
+
+  def evaluate(
+      loss: String, constants: Array[Double], margins: Array[Double], k: Int,
+      labels: Array[Double], weights: Array[Double], aux: Array[Double],
+      dAux: Array[Double]): Double = {
+    val n = labels.length
+    var sum = 0.0
+    var i = 0
+    loss match {
+      case "logistic" =>
+        while (i < n) {
+          val m = margins(i)
+          val y = labels(i)
+          val w = weights(i)
+          sum += w * (softplus(m) - y * m)
+          val prob = math.exp(-softplus(-m))
+          margins(i) = w * (prob - y)
+          i += 1
+        }
+      case "multinomial" =>
+        while (i < n) {
+          val base = i * k
+          val label = labels(i).toInt
+          if (label >= k) {
+            throw new IllegalArgumentException(
+              s"label $label is out of range for a multinomial loss with $k classes")
+          }
+          var max = Double.NegativeInfinity
+          var c = 0
+          while (c < k) { if (margins(base + c) > max) max = margins(base + c); c += 1 }
+          var s = 0.0
+          c = 0
+          while (c < k) { s += math.exp(margins(base + c) - max); c += 1 }
+          val w = weights(i)
+          sum += w * -((margins(base + label) - max) - math.log(s))
+          c = 0
+          while (c < k) {
+            var p = math.exp(margins(base + c) - max) / s
+            if (c == label) p -= 1.0
+            margins(base + c) = p * w
+            c += 1
+          }
+          i += 1
+        }
+      case "squaredError" =>
+        val shift = constants(0)
+        val scale = constants(1)
+        while (i < n) {
+          val r = margins(i) - (labels(i) - shift) / scale
+          val w = weights(i)
+          sum += w * (r * r)
+          margins(i) = w * r
+          i += 1
+        }
+        sum *= 0.5
+      case "huber" =>
+        val eps = constants(0)
+        val sigma = aux(0)
+        var dSigma = 0.0
+        while (i < n) {
+          val r = labels(i) - margins(i)
+          val w = weights(i)
+          val a = math.abs(r)
+          if (a <= eps * sigma) {
+            sum += w * (sigma + r * r / sigma)
+            margins(i) = w * (-r / sigma)
+            dSigma += w * (1.0 - (r / sigma) * (r / sigma))
+          } else {
+            sum += w * (sigma + 2.0 * eps * a - eps * eps * sigma)
+            margins(i) = w * (-eps * math.signum(r))
+            dSigma += w * (1.0 - eps * eps)
+          }
+          i += 1
+        }
+        sum *= 0.5
+        dAux(0) += 0.5 * dSigma
+      case "hinge" =>
+        while (i < n) {
+          val s = 2.0 * labels(i) - 1.0
+          val slack = 1.0 - s * margins(i)
+          val w = weights(i)
+          if (slack > 0) { sum += w * slack; margins(i) = -w * s } else margins(i) = 0.0
+          i += 1
+        }
+      case other => throw new IllegalArgumentException(s"unknown loss $other")
+    }
+    sum
+  }
+}
+
+object Kernels {
+  /** Dense products through netlib BLAS (what MLlib uses); false: plain loops. */
+  @volatile var useBlas: Boolean = true
+
+  /** margins (n x k) = X (n x d) @ coef (d x k) + offset, all row-major. */
+  def margins(b: Block, coef: Array[Double], offset: Array[Double], k: Int): Array[Double] = {
+    val n = b.numRows
+    val d = b.numCols
+    val out = new Array[Double](n * k)
+    if (!b.isSparse) {
+      if (useBlas) {
+        val blas = BLAS.getInstance()
+        // Row-major X is column-major X^T (d x n); row-major coef is column-major coef^T.
+        if (k == 1) blas.dgemv("T", d, n, 1.0, b.dense, d, coef, 1, 0.0, out, 1)
+        else blas.dgemm("N", "N", k, n, d, 1.0, coef, k, b.dense, d, 0.0, out, k)
+      } else {
+        val x = b.dense
+        var i = 0
+        while (i < n) {
+          val base = i * d
+          if (k == 1) {
+            var s = 0.0
+            var j = 0
+            while (j < d) { s += x(base + j) * coef(j); j += 1 }
+            out(i) = s
+          } else {
+            var j = 0
+            while (j < d) {
+              val v = x(base + j)
+              var c = 0
+              while (c < k) { out(i * k + c) += v * coef(j * k + c); c += 1 }
+              j += 1
+            }
+          }
+          i += 1
+        }
+      }
+    } else {
+      var i = 0
+      while (i < n) {
+        var p = b.indptr(i)
+        while (p < b.indptr(i + 1)) {
+          val j = b.indices(p)
+          val v = b.values(p)
+          var c = 0
+          while (c < k) { out(i * k + c) += v * coef(j * k + c); c += 1 }
+          p += 1
+        }
+        i += 1
+      }
+    }
+    var i = 0
+    while (i < n) {
+      var c = 0
+      while (c < k) { out(i * k + c) += offset(c); c += 1 }
+      i += 1
+    }
+    out
+  }
+
+  /** xtg (d x k, row-major) += X^T g, g (n x k) row-major. */
+  def addXtg(b: Block, g: Array[Double], k: Int, xtg: Array[Double]): Unit = {
+    val n = b.numRows
+    val d = b.numCols
+    if (!b.isSparse) {
+      if (useBlas) {
+        val blas = BLAS.getInstance()
+        if (k == 1) blas.dgemv("N", d, n, 1.0, b.dense, d, g, 1, 1.0, xtg, 1)
+        else blas.dgemm("N", "T", k, d, n, 1.0, g, k, b.dense, d, 1.0, xtg, k)
+      } else {
+        val x = b.dense
+        var i = 0
+        while (i < n) {
+          val base = i * d
+          var j = 0
+          if (k == 1) {
+            val gi = g(i)
+            while (j < d) { xtg(j) += x(base + j) * gi; j += 1 }
+          } else {
+            while (j < d) {
+              val v = x(base + j)
+              var c = 0
+              while (c < k) { xtg(j * k + c) += v * g(i * k + c); c += 1 }
+              j += 1
+            }
+          }
+          i += 1
+        }
+      }
+    } else {
+      var i = 0
+      while (i < n) {
+        var p = b.indptr(i)
+        while (p < b.indptr(i + 1)) {
+          val j = b.indices(p)
+          val v = b.values(p)
+          var c = 0
+          while (c < k) { xtg(j * k + c) += v * g(i * k + c); c += 1 }
+          p += 1
+        }
+        i += 1
+      }
+    }
+  }
+
+  /** The row-sampling generator of (seed, step, partition): splitmix-style mixing. */
+  def sampler(seed: Long, step: Int, partition: Int): SplittableRandom = {
+    def mix(z0: Long): Long = {
+      var z = z0
+      z = (z ^ (z >>> 30)) * 0xbf58476d1ce4e5b9L
+      z = (z ^ (z >>> 27)) * 0x94d049bb133111ebL
+      z ^ (z >>> 31)
+    }
+    new SplittableRandom(mix(mix(mix(seed) + step.toLong) + partition.toLong))
+  }
+}
+
+/** One partition's gradient sums, flat: xtg (d*k), gsum (k), d_aux, loss_sum, weight_sum, count.
+ *
+ * The broadcast holds coef (d*k row-major), offset (k), aux.
+ */
+final class GradientFunction(
+    params: Broadcast[Array[Double]], loss: String, constants: Array[Double],
+    d: Int, k: Int, numAux: Int, fraction: Double, seed: Long, step: Int)
+  extends ((Int, Iterator[Block]) => Iterator[Array[Double]]) with Serializable {
+
+  def apply(partition: Int, blocks: Iterator[Block]): Iterator[Array[Double]] = {
+    val p = params.value
+    val coef = java.util.Arrays.copyOfRange(p, 0, d * k)
+    val offset = java.util.Arrays.copyOfRange(p, d * k, d * k + k)
+    val aux = java.util.Arrays.copyOfRange(p, d * k + k, d * k + k + numAux)
+    val size = d * k + k + numAux
+    val out = new Array[Double](size + 3)
+    val xtg = new Array[Double](d * k)
+    val dAux = new Array[Double](numAux)
+    val rng = if (fraction < 1.0) Kernels.sampler(seed, step, partition) else null
+    blocks.foreach { full =>
+      val b =
+        if (rng == null) full
+        else full.select(Array.fill(full.numRows)(rng.nextDouble() < fraction))
+      if (b.numRows > 0) {
+        val g = Kernels.margins(b, coef, offset, k)
+        out(size) += Losses.evaluate(loss, constants, g, k, b.labels, b.weights, aux, dAux)
+        Kernels.addXtg(b, g, k, xtg)
+        var i = 0
+        while (i < b.numRows) {
+          var c = 0
+          while (c < k) { out(d * k + c) += g(i * k + c); c += 1 }
+          i += 1
+        }
+        var ws = 0.0
+        i = 0
+        while (i < b.numRows) { ws += b.weights(i); i += 1 }
+        out(size + 1) += ws
+        out(size + 2) += b.numRows
+      }
+    }
+    System.arraycopy(xtg, 0, out, 0, d * k)
+    System.arraycopy(dAux, 0, out, d * k + k, numAux)
+    Iterator.single(out)
+  }
+}
+
+final class SumArraysFunction extends ((Array[Double], Array[Double]) => Array[Double])
+  with Serializable {
+  def apply(a: Array[Double], b: Array[Double]): Array[Double] = {
+    if (a.isEmpty) return b
+    if (b.isEmpty) return a
+    val out = a.clone()
+    var i = 0
+    while (i < out.length) { out(i) += b(i); i += 1 }
+    out
+  }
+}

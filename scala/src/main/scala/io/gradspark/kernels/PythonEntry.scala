@@ -1,0 +1,95 @@
+package io.gradspark.kernels
+
+import java.nio.{ByteBuffer, ByteOrder}
+
+import org.apache.hadoop.fs.Path
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.{DataFrame, Dataset, Row, SparkSession}
+import org.apache.spark.sql.functions.col
+import org.apache.spark.sql.types.{BinaryType, StructField, StructType}
+import org.apache.spark.storage.StorageLevel
+
+/** What python (py4j) calls: only strings, numbers, booleans, Datasets and byte arrays. */
+object PythonEntry {
+  val Version = "1"
+
+  /** Validated blocks of df, cached MEMORY_AND_DISK (not yet computed: call statistics). */
+  def blockify(
+      df: Dataset[Row], featuresCol: String, labelCol: String, weightCol: String,
+      labelDomain: String, numFeatures: Int, blockSize: Int, checkpoint: Boolean): JvmBlocks = {
+    val weight = if (weightCol == null || weightCol.isEmpty) null else weightCol
+    val columns = Seq(col(featuresCol), col(labelCol).cast("double")) ++
+      (if (weight != null) Seq(col(weight).cast("double")) else Nil)
+    val rows = df.select(columns: _*).rdd
+    val blocks = rows.mapPartitionsWithIndex(
+      new BlockifyFunction(numFeatures, blockSize, labelDomain, featuresCol, labelCol, weight))
+    blocks.persist(StorageLevel.MEMORY_AND_DISK)
+    blocks.setName(s"gradspark JVM training blocks ($featuresCol, $labelCol)")
+    if (checkpoint) blocks.checkpoint()
+    new JvmBlocks(df.sparkSession, blocks, numFeatures)
+  }
+
+  def toBytes(a: Array[Double]): Array[Byte] = {
+    val buf = ByteBuffer.allocate(a.length * 8).order(ByteOrder.LITTLE_ENDIAN)
+    buf.asDoubleBuffer().put(a)
+    buf.array()
+  }
+
+  def fromBytes(b: Array[Byte]): Array[Double] = {
+    val out = new Array[Double](b.length / 8)
+    ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN).asDoubleBuffer().get(out)
+    out
+  }
+
+  /** Switch the dense kernels between netlib BLAS and plain loops (benchmarks). */
+  def setUseBlas(on: Boolean): Unit = Kernels.useBlas = on
+}
+
+/** Driver-side handle on the cached blocks; never serialized. */
+final class JvmBlocks(spark: SparkSession, val rdd: RDD[Block], val numFeatures: Int) {
+
+  def numPartitions: Int = rdd.getNumPartitions
+
+  def rddName: String = rdd.name
+
+  /** One tree-aggregated pass (this materializes the cache); flat float64 bytes. */
+  def statistics(trackClasses: Boolean, depth: Int): Array[Byte] = {
+    val merge = new MergeStatisticsFunction(numFeatures)
+    val stats = rdd.mapPartitions(new PartitionStatisticsFunction(trackClasses, numFeatures))
+      .treeAggregate(Array.emptyDoubleArray)(merge, merge, depth)
+    PythonEntry.toBytes(stats)
+  }
+
+  /** One Spark job: flat float64 bytes xtg, gsum, d_aux, loss_sum, weight_sum, count. */
+  def gradientSums(
+      loss: String, numOutputs: Int, numAux: Int, constants: Array[Byte], params: Array[Byte],
+      fraction: Double, seed: Long, step: Int, depth: Int): Array[Byte] = {
+    val sc = rdd.sparkContext
+    val weights = PythonEntry.fromBytes(params)
+    val bc = sc.broadcast(weights)
+    try {
+      val fn = new GradientFunction(bc, loss, PythonEntry.fromBytes(constants), numFeatures,
+        numOutputs, numAux, fraction, seed, step)
+      val sum = new SumArraysFunction
+      val out = rdd.mapPartitionsWithIndex(fn)
+        .treeAggregate(Array.emptyDoubleArray)(sum, sum, depth)
+      PythonEntry.toBytes(out)
+    } finally {
+      bc.destroy()
+    }
+  }
+
+  /** The blocks as a DataFrame of one binary column (see EncodeBlockFunction). */
+  def binaryFrame(): DataFrame = {
+    val schema = StructType(Seq(StructField("block", BinaryType, nullable = false)))
+    spark.createDataFrame(rdd.map(new BlockToRowFunction), schema)
+  }
+
+  def release(): Unit = {
+    rdd.unpersist(blocking = false)
+    rdd.getCheckpointFile.foreach { file =>
+      val path = new Path(file)
+      path.getFileSystem(rdd.sparkContext.hadoopConfiguration).delete(path, true)
+    }
+  }
+}

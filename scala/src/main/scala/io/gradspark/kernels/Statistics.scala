@@ -1,0 +1,145 @@
+package io.gradspark.kernels
+
+/** Weighted column statistics, as gradspark/data/statistics.py computes them.
+ *
+ * One flat Array[Double] per (partial) result, so nothing but a primitive
+ * array ever goes back to the driver. Empty array = no rows (python's None).
+ * Layout: count, weight_sum, weight_sq_sum, label_max, label_mean, label_m2,
+ * num_classes, feature mean (d), feature m2 (d), class weights (num_classes).
+ * Means/M2 are merged with Chan et al.'s parallel update.
+ */
+object Statistics {
+  val Header = 7
+
+  def ofBlock(b: Block, trackClasses: Boolean): Array[Double] = {
+    val n = b.numRows
+    val d = b.numCols
+    val y = b.labels
+    val w = b.weights
+    var total = 0.0
+    var wsq = 0.0
+    var i = 0
+    while (i < n) { total += w(i); wsq += w(i) * w(i); i += 1 }
+    val mean = new Array[Double](d)
+    val m2 = new Array[Double](d)
+    var yMean = 0.0
+    var yM2 = 0.0
+    if (total > 0) {
+      if (b.isSparse) {
+        i = 0
+        while (i < n) {
+          var p = b.indptr(i)
+          while (p < b.indptr(i + 1)) {
+            val j = b.indices(p)
+            val v = b.values(p)
+            mean(j) += v * w(i)
+            m2(j) += v * v * w(i)
+            p += 1
+          }
+          i += 1
+        }
+        var j = 0
+        while (j < d) { mean(j) /= total; m2(j) -= total * mean(j) * mean(j); j += 1 }
+      } else {
+        val x = b.dense
+        i = 0
+        while (i < n) {
+          var j = 0
+          val base = i * d
+          while (j < d) { mean(j) += w(i) * x(base + j); j += 1 }
+          i += 1
+        }
+        var j = 0
+        while (j < d) { mean(j) /= total; j += 1 }
+        i = 0
+        while (i < n) {
+          var j = 0
+          val base = i * d
+          while (j < d) { val c = x(base + j) - mean(j); m2(j) += w(i) * c * c; j += 1 }
+          i += 1
+        }
+      }
+      var j = 0
+      while (j < d) { if (!(m2(j) >= 0.0)) m2(j) = 0.0; j += 1 }
+      i = 0
+      while (i < n) { yMean += w(i) * y(i); i += 1 }
+      yMean /= total
+      i = 0
+      while (i < n) { val c = y(i) - yMean; yM2 += w(i) * c * c; i += 1 }
+    }
+    var labelMax = Double.NegativeInfinity
+    i = 0
+    while (i < n) { if (y(i) > labelMax) labelMax = y(i); i += 1 }
+    val classes: Array[Double] =
+      if (trackClasses && n > 0) {
+        val c = new Array[Double](labelMax.toInt + 1)
+        i = 0
+        while (i < n) { c(y(i).toInt) += w(i); i += 1 }
+        c
+      } else Array.emptyDoubleArray
+    val out = new Array[Double](Header + 2 * d + classes.length)
+    out(0) = n; out(1) = total; out(2) = wsq; out(3) = labelMax
+    out(4) = yMean; out(5) = yM2; out(6) = classes.length
+    System.arraycopy(mean, 0, out, Header, d)
+    System.arraycopy(m2, 0, out, Header + d, d)
+    System.arraycopy(classes, 0, out, Header + 2 * d, classes.length)
+    out
+  }
+
+  /** merge_statistics (python), on flat arrays of the same num_features d. */
+  def merge(a: Array[Double], b: Array[Double], d: Int): Array[Double] = {
+    if (a.isEmpty) return b
+    if (b.isEmpty) return a
+    val ka = a(6).toInt
+    val kb = b(6).toInt
+    val k = math.max(ka, kb)
+    val out = new Array[Double](Header + 2 * d + k)
+    out(0) = a(0) + b(0)
+    out(2) = a(2) + b(2)
+    out(3) = math.max(a(3), b(3))
+    out(6) = k
+    val wa = a(1)
+    val wb = b(1)
+    val total = wa + wb
+    out(1) = total
+    if (wb == 0) {
+      out(4) = a(4); out(5) = a(5)
+      System.arraycopy(a, Header, out, Header, 2 * d)
+    } else if (wa == 0) {
+      out(4) = b(4); out(5) = b(5)
+      System.arraycopy(b, Header, out, Header, 2 * d)
+    } else {
+      val f = wb / total
+      val g = wa * wb / total
+      val dy = b(4) - a(4)
+      out(4) = a(4) + dy * f
+      out(5) = a(5) + b(5) + dy * dy * g
+      var j = 0
+      while (j < d) {
+        val delta = b(Header + j) - a(Header + j)
+        out(Header + j) = a(Header + j) + delta * f
+        out(Header + d + j) = a(Header + d + j) + b(Header + d + j) + delta * delta * g
+        j += 1
+      }
+    }
+    var c = 0
+    while (c < ka) { out(Header + 2 * d + c) += a(Header + 2 * d + c); c += 1 }
+    c = 0
+    while (c < kb) { out(Header + 2 * d + c) += b(Header + 2 * d + c); c += 1 }
+    out
+  }
+}
+
+final class PartitionStatisticsFunction(trackClasses: Boolean, d: Int)
+  extends (Iterator[Block] => Iterator[Array[Double]]) with Serializable {
+  def apply(blocks: Iterator[Block]): Iterator[Array[Double]] = {
+    var acc = Array.emptyDoubleArray
+    blocks.foreach(b => acc = Statistics.merge(acc, Statistics.ofBlock(b, trackClasses), d))
+    Iterator.single(acc)
+  }
+}
+
+final class MergeStatisticsFunction(d: Int)
+  extends ((Array[Double], Array[Double]) => Array[Double]) with Serializable {
+  def apply(a: Array[Double], b: Array[Double]): Array[Double] = Statistics.merge(a, b, d)
+}
