@@ -41,6 +41,10 @@ object PythonEntry {
     out
   }
 
+  /** How many distinct JVM processes ran df's partitions through a class of this jar. */
+  def executorPids(df: Dataset[Row]): Int =
+    df.rdd.mapPartitions(new ProcessIdFunction).distinct().count().toInt
+
   /** Switch the dense kernels between netlib BLAS and plain loops (benchmarks). */
   def setUseBlas(on: Boolean): Unit = Kernels.useBlas = on
 }
@@ -92,4 +96,8 @@ final class JvmBlocks(spark: SparkSession, val rdd: RDD[Block], val numFeatures:
       path.getFileSystem(rdd.sparkContext.hadoopConfiguration).delete(path, true)
     }
   }
+}
+
+final class ProcessIdFunction extends (Iterator[Row] => Iterator[Long]) with Serializable {
+  def apply(rows: Iterator[Row]): Iterator[Long] = Iterator.single(ProcessHandle.current().pid())
 }

@@ -1,0 +1,201 @@
+"""JVM gradient engine: Scala blocks, statistics and kernels agree with the numpy path."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from conftest import gradspark_cached_rdds, make_df
+from gradspark.data.blocks import BINARY, CLASS_INDEX, REAL
+from gradspark.data.dataset import TrainingData
+from gradspark.data.validation import InvalidDataError
+from gradspark.engine.jvm import JvmGradientEngine, JvmTrainingData, load_kernels
+from gradspark.engine.python import PythonGradientEngine
+from gradspark.losses import (
+    BinaryLogisticLoss, HingeLoss, HuberLoss, MultinomialLogisticLoss, SquaredLoss,
+)
+
+HERE = os.path.dirname(__file__)
+
+
+@pytest.fixture(scope="module")
+def frames(spark):
+    """Dense and sparse (~20% nonzero) versions of the same weighted rows."""
+    g = np.random.default_rng(31)
+    n, d = 240, 12
+    X = g.normal(size=(n, d)) * (g.random((n, d)) < 0.2) * g.uniform(0.5, 5.0, size=d)
+    X[:, 0] += 1.0  # one dense column in a sparse block keeps the block CSR (~27% nonzero)
+    cols = {
+        "binary": (g.random(n) < 0.4).astype(float),
+        "multi": g.integers(0, 3, size=n).astype(float),
+        "real": X @ g.normal(size=d) + 3.0 + g.normal(size=n) * 2.0,
+        "weight": g.uniform(0.2, 3.0, size=n),
+    }
+    return {
+        "dense": make_df(spark, X, cols, partitions=3),
+        "sparse": make_df(spark, X, cols, partitions=3, sparse=True),
+    }
+
+
+LOSSES = {
+    "logistic": (BinaryLogisticLoss(), "binary", BINARY, 1, np.zeros(0)),
+    "multinomial": (MultinomialLogisticLoss(), "multi", CLASS_INDEX, 3, np.zeros(0)),
+    "squared": (SquaredLoss(label_shift=2.5, label_scale=1.7), "real", REAL, 1, np.zeros(0)),
+    "huber": (HuberLoss(epsilon=1.35), "real", REAL, 1, np.array([2.3])),
+    "hinge": (HingeLoss(), "binary", BINARY, 1, np.zeros(0)),
+}
+
+
+def assert_sums_close(a, b, rtol=1e-10):
+    assert a.count == b.count
+    for field in ("xtg", "gsum", "d_aux", "loss_sum", "weight_sum"):
+        np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=rtol, atol=0,
+                                   err_msg=field)
+
+
+@pytest.mark.parametrize("layout", ["dense", "sparse"])
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_gradient_sums_match_numpy(frames, layout, name):
+    loss, label, domain, k, aux = LOSSES[name]
+    df = frames[layout]
+    g = np.random.default_rng(hash((layout, name)) % 2**32)
+    coef = g.normal(size=(12, k)) * 0.3
+    offset = g.normal(size=k)
+    with JvmTrainingData(df, "features", label, "weight", domain, 50, 2) as jvm_data, \
+            TrainingData(df, "features", label, "weight", domain, 50, 2) as py_data:
+        ours = JvmGradientEngine(jvm_data, loss).gradient_sums(coef, offset, aux)
+        ref = PythonGradientEngine(py_data.blocks, loss).gradient_sums(coef, offset, aux)
+    assert ours.xtg.shape == (12, k) and ours.gsum.shape == (k,)
+    assert_sums_close(ours, ref)
+
+
+def assert_statistics_equal(a, b, rtol=1e-12):
+    assert a.count == b.count
+    for x, y in ((a.weight_sum, b.weight_sum), (a.weight_sq_sum, b.weight_sq_sum),
+                 (a.features.mean, b.features.mean), (a.features.m2, b.features.m2),
+                 (a.label.mean, b.label.mean), (a.label.m2, b.label.m2),
+                 (a.label_max, b.label_max), (a.class_weights, b.class_weights),
+                 (a.features.weight_sum, b.features.weight_sum)):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=1e-300)
+
+
+@pytest.mark.parametrize("layout", ["dense", "sparse"])
+def test_statistics_and_blocks_match_python(frames, layout):
+    df = frames[layout]
+    with JvmTrainingData(df, "features", "multi", "weight", CLASS_INDEX, 40, 2) as jvm_data, \
+            TrainingData(df, "features", "multi", "weight", CLASS_INDEX, 40, 2) as py_data:
+        assert jvm_data.num_features == py_data.num_features == 12
+        assert_statistics_equal(jvm_data.statistics, py_data.statistics)
+        np.testing.assert_allclose(jvm_data.statistics.features_std,
+                                   py_data.statistics.features_std, rtol=1e-12)
+        ours = jvm_data.python_blocks().glom().collect()
+        ref = py_data.blocks.glom().collect()
+    assert [len(p) for p in ours] == [len(p) for p in ref]
+    for a, b in zip(sum(ours, []), sum(ref, [])):
+        assert a.first_row == b.first_row
+        assert sp.issparse(a.features) == sp.issparse(b.features) == (layout == "sparse")
+        if sp.issparse(a.features):
+            np.testing.assert_array_equal(a.features.indptr, b.features.indptr)
+            np.testing.assert_array_equal(a.features.indices, b.features.indices)
+            np.testing.assert_array_equal(a.features.data, b.features.data)
+        np.testing.assert_array_equal(np.asarray(a.features.todense() if sp.issparse(a.features)
+                                                 else a.features),
+                                      np.asarray(b.features.todense() if sp.issparse(b.features)
+                                                 else b.features))
+        np.testing.assert_array_equal(a.labels, b.labels)
+        np.testing.assert_array_equal(a.weights, b.weights)
+
+
+def test_dense_enough_sparse_rows_become_dense_blocks(spark, sparse_data):
+    sparse_df, _, X, y = sparse_data
+    dense_rows = make_df(spark, np.abs(X) + 1.0, {"label": y}, sparse=True)  # no zeros at all
+    with JvmTrainingData(dense_rows, "features", "label", None, BINARY, 64, 2) as data:
+        blocks = data.python_blocks().collect()
+    assert blocks and not any(sp.issparse(b.features) for b in blocks)
+    with JvmTrainingData(sparse_df, "features", "label", None, BINARY, 64, 2) as data:
+        blocks = data.python_blocks().collect()
+    assert all(sp.issparse(b.features) for b in blocks)
+
+
+@pytest.mark.parametrize("rows, columns, message", [
+    ([[1.0, float("nan")], [0.0, 1.0]], {"label": [0, 1]}, r"features column 'features' contains NaN"),
+    ([[1.0, 2.0], [0.0, 1.0]], {"label": [None, 1]}, r"column 'label' is null at partition 0, row 0"),
+    ([[1.0, 2.0], [0.0, 1.0]], {"label": [0, 2]}, r"label column 'label' must be 0 or 1 .* got 2.0 at partition 0, row 1"),
+    ([[1.0, 2.0], [0.0, 1.0, 3.0]], {"label": [0, 1]}, r"features column 'features' has a vector of size 3 at partition 0, row 1"),
+    ([[1.0, 2.0], [0.0, 1.0]], {"label": [0, 1], "w": [1.0, -1.0]}, r"weight column 'w' must be finite and >= 0, got -1.0 at partition 0, row 1"),
+])
+def test_bad_values_raise_invalid_data_error(spark, rows, columns, message):
+    from pyspark.ml.linalg import Vectors
+
+    names = list(columns)
+    data = [(Vectors.dense(r), *[None if columns[c][i] is None else float(columns[c][i])
+                                 for c in names]) for i, r in enumerate(rows)]
+    from pyspark.sql.types import DoubleType, StructField, StructType
+    from pyspark.ml.linalg import VectorUDT
+    schema = StructType([StructField("features", VectorUDT())] +
+                        [StructField(c, DoubleType()) for c in names])
+    df = spark.createDataFrame(data, schema).coalesce(1)
+    weight = "w" if "w" in columns else None
+    with pytest.raises(InvalidDataError, match=message):
+        JvmTrainingData(df, "features", "label", weight, BINARY, 16, 2)
+    assert gradspark_cached_rdds(spark) == []
+
+
+def test_empty_and_zero_weight_frames(spark, classification_data):
+    df = classification_data[0]
+    with pytest.raises(InvalidDataError, match="the training DataFrame is empty"):
+        JvmTrainingData(df.limit(0), "features", "label", None, BINARY, 16, 2)
+    zero = df.selectExpr("features", "label", "weight * 0.0 AS weight")
+    with pytest.raises(InvalidDataError, match="sum to zero"):
+        JvmTrainingData(zero, "features", "label", "weight", BINARY, 16, 2)
+    assert gradspark_cached_rdds(spark) == []
+
+
+def test_mini_batches_are_seeded_by_seed_and_step(frames):
+    loss = BinaryLogisticLoss()
+    coef, offset = np.full((12, 1), 0.1), np.array([0.2])
+    with JvmTrainingData(frames["sparse"], "features", "binary", "weight", BINARY, 32, 2) as data:
+        engine = JvmGradientEngine(data, loss)
+        a = engine.gradient_sums(coef, offset, np.zeros(0), fraction=0.5, seed=7, step=3)
+        b = engine.gradient_sums(coef, offset, np.zeros(0), fraction=0.5, seed=7, step=3)
+        c = engine.gradient_sums(coef, offset, np.zeros(0), fraction=0.5, seed=7, step=4)
+        big = engine.gradient_sums(coef, offset, np.zeros(0), fraction=0.5, seed=2**40 + 5)
+        full = engine.gradient_sums(coef, offset, np.zeros(0))
+        none = engine.gradient_sums(coef, offset, np.zeros(0), fraction=0.0)
+    np.testing.assert_array_equal(a.vector(), b.vector())
+    assert (a.loss_sum, a.count) == (b.loss_sum, b.count)
+    assert not np.array_equal(a.vector(), c.vector())
+    assert full.count == 240
+    for s in (a, c, big):
+        assert 80 <= s.count <= 160
+    assert none is None
+
+
+def test_release_leaves_no_cached_blocks(spark, frames, tmp_path):
+    data = JvmTrainingData(frames["dense"], "features", "binary", None, BINARY, 64, 2,
+                           checkpoint_dir=str(tmp_path / "ckpt"))
+    assert any("gradspark" in name for name in gradspark_cached_rdds(spark))
+    engine = JvmGradientEngine(data, HingeLoss())
+    assert engine.gradient_sums(np.zeros((12, 1)), np.zeros(1), np.zeros(0)).count == 240
+    data.release()
+    assert gradspark_cached_rdds(spark) == []
+    leftovers = [p for p in (tmp_path / "ckpt").rglob("*") if p.is_file() and "rdd-" in str(p)]
+    assert leftovers == []
+
+
+def test_load_kernels_is_cached_per_context(spark):
+    assert load_kernels(spark) is load_kernels(spark)
+
+
+def test_jar_reaches_separate_executor_jvms():
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "jvm_engine_cluster_job.py")],
+                          capture_output=True, text=True, timeout=600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["executors"] == 2 and result["jvm_pids"] >= 2
+    np.testing.assert_allclose(result["ours"], result["ref"], rtol=1e-10)
