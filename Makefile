@@ -11,11 +11,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test benchmark clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(wildcard scala/src/main/scala/io/gradspark/kernels/*.scala)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q '$(TORCH)'
 	$(PY) -m pip install -q -e '.[dev,torch]'
+	$(PY) -m gradspark.engine.kernels_build
 	touch $(STAMP)
 
 demo: $(STAMP)
