@@ -181,10 +181,15 @@ def test_release_leaves_no_cached_blocks(spark, frames, tmp_path):
     assert any("gradspark" in name for name in gradspark_cached_rdds(spark))
     engine = JvmGradientEngine(data, HingeLoss())
     assert engine.gradient_sums(np.zeros((12, 1)), np.zeros(1), np.zeros(0)).count == 240
+    checkpoint = data.blocks.rdd().getCheckpointFile()
+    assert checkpoint.isDefined()  # written right after the statistics pass
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(checkpoint.get())
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    assert fs.exists(path)
     data.release()
     assert gradspark_cached_rdds(spark) == []
-    leftovers = [p for p in (tmp_path / "ckpt").rglob("*") if p.is_file() and "rdd-" in str(p)]
-    assert leftovers == []
+    assert not fs.exists(path)
 
 
 def test_load_kernels_is_cached_per_context(spark):
