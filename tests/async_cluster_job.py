@@ -1,4 +1,6 @@
-"""Async mode on a local-cluster (separate executor JVMs); prints one RESULT line of JSON.
+"""Async mode and resident workers on a local-cluster (separate executor JVMs).
+
+Prints one RESULT line of JSON.
 
 Run by test_cluster.py in its own process. Covers what needs real executors:
 workers in other processes reaching the driver's server, and a task that fails
@@ -28,14 +30,21 @@ def main() -> None:
         loss = float(np.mean(np.logaddexp(0, m) - y * m))
         return [*model.coefficients.toArray(), model.intercept], loss, model.summary.extra
 
-    sync, sync_loss, _ = fit(**params)
+    # Sync mode's default here: resident workers over the JVM-validated blocks.
+    sync, sync_loss, sync_extra = fit(parameterServerHost="127.0.0.1", **params)
+    job, _, _ = fit(executionStrategy="jobPerStep", engine="python", **params)
     bsp, _, _ = fit(maxStaleness=0, **remote)
     stale, stale_loss, stale_extra = fit(maxStaleness=2, **remote)
     os.environ[ENVIRONMENT_VARIABLE] = json.dumps({"fail_partition": 0, "fail_step": 5})
     retried, _, retried_extra = fit(maxStaleness=0, **remote)
+    resident_retried, _, resident_extra = fit(executionStrategy="resident",
+                                              parameterServerHost="127.0.0.1", **params)
     del os.environ[ENVIRONMENT_VARIABLE]
     print("RESULT " + json.dumps({
         "sync": sync, "bsp": bsp, "retried": retried,
+        "sync_strategy": sync_extra["executionStrategy"], "job": job,
+        "resident_retried": resident_retried,
+        "resident_reconnects": resident_extra["reconnects"],
         "sync_loss": sync_loss, "stale_loss": stale_loss,
         "stale_max_staleness": stale_extra["maxStaleness"],
         "retried_reconnects": retried_extra["reconnects"],

@@ -26,8 +26,16 @@ def test_fit_on_local_cluster_matches_mllib():
     np.testing.assert_allclose(result["ours"], result["ref"], rtol=1e-4, atol=1e-5)
 
 
-def test_async_on_local_cluster():
+def test_async_and_resident_on_local_cluster():
     result = run_job("async_cluster_job.py")
+    # Sync mode runs resident workers in the executor processes; they answer every
+    # step, also when a worker's first attempt fails and Spark retries it (same weights).
+    assert result["sync_strategy"] == "resident"
+    assert result["resident_reconnects"] >= 1
+    np.testing.assert_array_equal(result["resident_retried"], result["sync"])
+    # One numpy job per step over Python-blockified data: the same model up to rounding
+    # (the JVM's column statistics differ from numpy's in the last bits).
+    np.testing.assert_allclose(result["job"], result["sync"], rtol=1e-12, atol=1e-15)
     # Workers in executor processes, bulk-synchronous: sync mode's weights exactly.
     np.testing.assert_array_equal(result["bsp"], result["sync"])
     # A worker whose first task attempt fails is retried by Spark, reconnects and

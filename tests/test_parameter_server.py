@@ -52,7 +52,7 @@ def start_workers(server, blocks, loss, d, max_iter, delays=None):
         try:
             with ParameterClient(server.address, server.secret, w) as client:
                 plan = None if not delays or w not in delays else _Sleep(delays[w])
-                results[w] = run_worker(client, blocks[w], loss, d, 1, max_iter, faults=plan)
+                results[w] = run_worker(client, {w: blocks[w]}, loss, d, 1, max_iter, faults=plan)
         except Exception as exc:  # surfaced by the caller
             errors.append(exc)
 

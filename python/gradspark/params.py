@@ -29,6 +29,8 @@ from pyspark.ml.param.shared import (
 OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam")
 SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")
 MODES = ("sync", "async")
+ENGINES = ("auto", "python", "jvm")
+STRATEGIES = ("auto", "jobPerStep", "resident")
 
 
 def _one_of(name: str, allowed: tuple[str, ...]):
@@ -137,6 +139,32 @@ class HasMode(Params):
         return self.getOrDefault(self.parameterServerHost)
 
 
+class HasEngine(Params):
+    engine: Param[str] = Param(
+        Params._dummy(),
+        "engine",
+        "where sync mode's gradient kernels run: 'python' (numpy in Python workers), "
+        "'jvm' (Scala kernels over blocks cached in the JVM; needs the gradspark kernels "
+        "jar) or 'auto'",
+        typeConverter=_one_of("engine", ENGINES),
+    )
+    executionStrategy: Param[str] = Param(
+        Params._dummy(),
+        "executionStrategy",
+        "how sync mode runs a step: 'jobPerStep' (a broadcast and a treeAggregate job per "
+        "step), 'resident' (one long-running stage keeps the blocks in Python workers' "
+        "memory; a step is one message round with the driver; python engine only) or "
+        "'auto'",
+        typeConverter=_one_of("executionStrategy", STRATEGIES),
+    )
+
+    def getEngine(self) -> str:
+        return self.getOrDefault(self.engine)
+
+    def getExecutionStrategy(self) -> str:
+        return self.getOrDefault(self.executionStrategy)
+
+
 class HasBlockSize(Params):
     blockSize: Param[int] = Param(
         Params._dummy(),
@@ -220,6 +248,7 @@ class SGDParams(
     HasMiniBatchFraction,
     HasOptimizer,
     HasMode,
+    HasEngine,
     HasBlockSize,
     HasCheckpoints,
     HasCheckpointData,
@@ -247,6 +276,8 @@ class SGDParams(
             maxStaleness=2,
             workerTimeout=300.0,
             parameterServerHost="",
+            engine="auto",
+            executionStrategy="auto",
             blockSize=4096,
             checkpointDir="",
             checkpointInterval=10,
@@ -281,6 +312,11 @@ def validate_sgd_params(params: SGDParams) -> None:
             )
         if params.getWorkerTimeout() <= 0:
             raise ValueError(f"workerTimeout must be > 0, got {params.getWorkerTimeout()}")
+    if params.getEngine() == "jvm" and params.getExecutionStrategy() == "resident":
+        raise ValueError(
+            "executionStrategy='resident' runs numpy kernels in resident Python workers; "
+            "use engine='python' or 'auto' with it (engine='jvm' is jobPerStep only)"
+        )
     if params.getMaxIter() < 0:
         raise ValueError(f"maxIter must be >= 0, got {params.getMaxIter()}")
     if params.getRegParam() < 0:

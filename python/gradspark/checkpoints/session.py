@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 # change the optimization path (maxIter may grow to train longer).
 _RESUMABLE_CHANGES = frozenset({
     "maxIter", "checkpointDir", "checkpointInterval", "keepCheckpoints", "resume",
-    "checkpointData", "workerTimeout", "parameterServerHost",
+    "checkpointData", "workerTimeout", "parameterServerHost", "executionStrategy",
     "predictionCol", "rawPredictionCol", "probabilityCol", "threshold",
 })
 

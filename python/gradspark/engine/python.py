@@ -7,12 +7,12 @@ sparse blocks stay CSR), combine them with ``treeAggregate``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 from pyspark import RDD
 
-from gradspark.data.blocks import sample_block
+from gradspark.data.blocks import Block, sample_block
 from gradspark.engine.sums import GradientSums, add_sums
 from gradspark.faults import fault_plan
 from gradspark.losses import Loss
@@ -41,6 +41,23 @@ def partition_sums(
             count=x.shape[0],
         )
         total = add_sums(total, sums)
+    return total
+
+
+def grouped_sums(
+    groups: Dict[int, List[Block]], loss: Loss, coef: np.ndarray, offset: np.ndarray,
+    aux: np.ndarray, fraction: float, seed: int, step: int,
+) -> Optional[GradientSums]:
+    """Sums over blocks grouped by input partition (a resident worker's memory).
+
+    Each partition samples from ``(seed, step, partition)``, as it would in
+    its own job-per-step task, so a mini-batch does not depend on which
+    worker holds the partition.
+    """
+    total: Optional[GradientSums] = None
+    for partition, blocks in groups.items():
+        rng = np.random.default_rng([seed, step, partition]) if fraction < 1.0 else None
+        total = add_sums(total, partition_sums(blocks, loss, coef, offset, aux, fraction, rng))
     return total
 
 

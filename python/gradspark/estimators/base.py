@@ -1,20 +1,24 @@
 """The fit template shared by the linear estimators, and the model base class.
 
 ``_SGDLinearEstimator._fit`` does what every linear estimator needs:
-validate Params, cache validated blocks and their statistics in one pass,
-build the MLlib-equivalent objective in the standardized space, train on the
-driver (sync steps or the async parameter server), map the solution back to the input's units and hand it
-to the subclass's model. Subclasses say only what differs: the label
+validate Params, cache validated blocks and their statistics in one pass
+(in the JVM when the kernels jar loads), choose the gradient engine and
+execution strategy (:mod:`gradspark.engine.choice`), build the
+MLlib-equivalent objective in the standardized space, train on the driver
+(sync steps or the async parameter server), map the solution back to the
+input's units and hand it to the subclass's model. Subclasses say only what differs: the label
 domain, the loss, and how to turn coefficients into a model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import numpy as np
+from pyspark import StorageLevel
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import (
     DefaultParamsReadable,
@@ -32,6 +36,8 @@ from gradspark.checkpoints import CheckpointStore, TrainingCheckpoints, data_fin
 from gradspark.data.dataset import TrainingData
 from gradspark.data.statistics import DataStatistics
 from gradspark.engine import PythonGradientEngine
+from gradspark.engine.choice import EngineChoice, choose, data_path
+from gradspark.engine.resident import ResidentGradientEngine
 from gradspark.losses import Loss
 from gradspark.params import SGDParams, validate_sgd_params
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
@@ -162,7 +168,9 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
         self._validate_params()
         weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else None
         weight_col = weight_col or None
-        data = TrainingData(
+        jvm_data = data_path(dataset.sparkSession, self.getEngine(),
+                             self.getExecutionStrategy(), self.getMode())
+        data = (jvm_training_data() if jvm_data else TrainingData)(
             dataset,
             self.getFeaturesCol(),
             self.getLabelCol(),
@@ -172,11 +180,12 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             self.getAggregationDepth(),
             checkpoint_dir=self._data_checkpoint_dir(),
         )
-        with data:
+        with data, contextlib.ExitStack() as cleanup:
             stats = data.statistics
             problem = self._problem(stats)
             num_features = data.num_features
-            engine = PythonGradientEngine(data.blocks, problem.loss, self.getAggregationDepth())
+            choice = self._choose_engine(dataset.sparkSession.sparkContext, data, jvm_data)
+            engine = self._gradient_engine(cleanup, data, jvm_data, choice, problem)
             objective = LinearObjective(
                 engine=engine,
                 loss=problem.loss,
@@ -200,10 +209,12 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             checkpoints = self._checkpoints(dataset, stats, weight_col)
             theta0 = objective.initial(problem.initial_intercepts)
             if isinstance(config, AsyncConfig):
-                result = train_async(objective, theta0, config, data.blocks, checkpoints)
+                result = train_async(objective, theta0, config, python_blocks(data, jvm_data),
+                                     checkpoints)
             else:
                 result = train_sync(objective, theta0, config, checkpoints)
             coefficients, intercepts, aux = objective.original_space(result.theta)
+            engine_metrics = getattr(engine, "metrics", {})
 
         model = self._make_model(coefficients, intercepts, aux, problem)
         model._summary = TrainingSummary(
@@ -213,11 +224,59 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             optimizer=config.optimizer,
             numInstances=stats.count,
             weightSum=stats.weight_sum,
-            extra={"mode": self.getMode(), "gradientEvaluations": objective.evaluations,
-                   "resumedFromStep": result.resumed_from, **result.metrics},
+            extra={"mode": self.getMode(), "engine": choice.kernels,
+                   "executionStrategy": choice.strategy, "jvmData": jvm_data,
+                   "gradientEvaluations": objective.evaluations,
+                   "resumedFromStep": result.resumed_from, **engine_metrics, **result.metrics},
         )
         self._copyValues(model)
         return model
+
+    def _choose_engine(self, sc, data, jvm_data: bool) -> EngineChoice:
+        workers = min(python_partitions(data, jvm_data), max(int(sc.defaultParallelism), 1))
+        bytes_per_worker = 8.0 * data.statistics.count * data.num_features / max(workers, 1)
+        choice = choose(self.getEngine(), self.getExecutionStrategy(), self.getMode(),
+                        jvm_data, bytes_per_worker)
+        logger.info("%s: %s kernels, %s (%s; blockified in the %s)", type(self).__name__,
+                    choice.kernels, choice.strategy, choice.reason,
+                    "JVM" if jvm_data else "Python workers")
+        return choice
+
+    def _gradient_engine(self, cleanup: contextlib.ExitStack, data, jvm_data: bool,
+                         choice: EngineChoice, problem: LinearProblem):
+        """The engine the objective calls; ``cleanup`` stops/unpersists what it started."""
+        depth = self.getAggregationDepth()
+        if choice.kernels == "jvm":
+            from gradspark.engine.jvm import JvmGradientEngine
+
+            return JvmGradientEngine(data, problem.loss, depth)
+        blocks = python_blocks(data, jvm_data)
+        if choice.strategy == "resident":
+            engine = ResidentGradientEngine(
+                blocks, problem.loss, data.num_features, problem.num_outputs,
+                self.getMiniBatchFraction(), self.getSeed(), self.getParameterServerHost(),
+                self.getWorkerTimeout())
+            return cleanup.enter_context(engine)
+        if jvm_data and choice.strategy == "jobPerStep":
+            # numpy reads the blocks every step: cache the Python copy, drop it afterwards.
+            blocks.persist(StorageLevel.MEMORY_AND_DISK).setName("gradspark python blocks")
+            cleanup.callback(blocks.unpersist, False)
+        return PythonGradientEngine(blocks, problem.loss, depth)
+
+
+def jvm_training_data():
+    from gradspark.engine.jvm import JvmTrainingData  # loads nothing until a fit asks
+
+    return JvmTrainingData
+
+
+def python_blocks(data, jvm_data: bool):
+    """The training blocks as a Python RDD of :class:`~gradspark.data.blocks.Block`."""
+    return data.python_blocks() if jvm_data else data.blocks
+
+
+def python_partitions(data, jvm_data: bool) -> int:
+    return python_blocks(data, jvm_data).getNumPartitions()
 
 
 class _LinearModel(Model, SGDParams, MLReadable, MLWritable):

@@ -83,6 +83,8 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         maxStaleness: int = 2,
         workerTimeout: float = 300.0,
         parameterServerHost: str = "",
+        engine: str = "auto",
+        executionStrategy: str = "auto",
         blockSize: int = 4096,
         checkpointDir: str = "",
         checkpointInterval: int = 10,

@@ -100,6 +100,8 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         maxStaleness: int = 2,
         workerTimeout: float = 300.0,
         parameterServerHost: str = "",
+        engine: str = "auto",
+        executionStrategy: str = "auto",
         blockSize: int = 4096,
         checkpointDir: str = "",
         checkpointInterval: int = 10,

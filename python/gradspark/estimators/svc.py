@@ -61,6 +61,8 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
         maxStaleness: int = 2,
         workerTimeout: float = 300.0,
         parameterServerHost: str = "",
+        engine: str = "auto",
+        executionStrategy: str = "auto",
         blockSize: int = 4096,
         checkpointDir: str = "",
         checkpointInterval: int = 10,

@@ -30,17 +30,19 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 from pyspark import RDD
 
 from gradspark.checkpoints import TrainingCheckpoints
-from gradspark.engine.python import partition_sums
+from gradspark.data.blocks import Block
+from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, add_sums
 from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
 from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
+from gradspark.ps.tasks import resident_task, worker_partitions
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.progress import Progress
 from gradspark.trainer.sync import (
@@ -257,10 +259,15 @@ def split_map(vector: np.ndarray, num_features: int, num_outputs: int):
     return vector[: d * k].reshape(d, k), vector[d * k: d * k + k], vector[d * k + k:]
 
 
-def run_worker(client: ParameterClient, blocks, loss, num_features: int, num_outputs: int,
-               max_iter: int, fraction: float = 1.0, seed: int = 0, attempt: int = 0,
-               faults=None) -> int:
-    """A worker's loop: pull, compute the sums of a (sampled) pass, push; returns pushes."""
+def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
+               num_features: int, num_outputs: int, max_iter: int, fraction: float = 1.0,
+               seed: int = 0, attempt: int = 0, faults=None) -> int:
+    """A worker's loop: pull, compute the sums of a (sampled) pass, push; returns pushes.
+
+    ``groups`` are the worker's blocks by input partition (see
+    :func:`gradspark.ps.tasks.by_partition`); each partition samples from
+    ``(seed, step, partition)``, as in sync mode.
+    """
     worker, d, k = client.worker, num_features, num_outputs
     pushes = 0
     while True:
@@ -270,8 +277,7 @@ def run_worker(client: ParameterClient, blocks, loss, num_features: int, num_out
         if faults is not None:
             faults.before_batch(worker, weights.clock, attempt)
         coef, offset, aux = split_map(weights.vector, d, k)
-        rng = np.random.default_rng([seed, weights.clock, worker]) if fraction < 1.0 else None
-        sums = partition_sums(blocks, loss, coef, offset, aux, fraction, rng) \
+        sums = grouped_sums(groups, loss, coef, offset, aux, fraction, seed, weights.clock) \
             or GradientSums.zeros(d, k, loss.num_aux)
         client.push(weights.clock, weights.version, sums.loss_sum, sums.weight_sum,
                     sums.count, sums.vector())
@@ -281,22 +287,15 @@ def run_worker(client: ParameterClient, blocks, loss, num_features: int, num_out
 
 
 def worker_task(address, secret: bytes, objective: LinearObjective, max_iter: int):
-    """The function each long-running Spark task runs over its partition's blocks."""
+    """The function each long-running Spark task runs over its partitions' blocks."""
     loss, d, k = objective.loss, objective.num_features, objective.num_outputs
     fraction, seed = objective.mini_batch_fraction, objective.seed & 0xFFFFFFFF
     faults = fault_plan()
 
-    def run(worker: int, blocks):
-        from pyspark import TaskContext
+    def loop(client, groups, attempt):
+        return run_worker(client, groups, loss, d, k, max_iter, fraction, seed, attempt, faults)
 
-        attempt = TaskContext.get().attemptNumber()
-        blocks = list(blocks)  # resident for the whole fit
-        with ParameterClient(address, secret, worker, attempt) as client:
-            pushes = run_worker(client, blocks, loss, d, k, max_iter, fraction, seed,
-                                attempt, faults)
-        yield worker, attempt, pushes
-
-    return run
+    return resident_task(address, secret, loop)
 
 
 def train_async(
@@ -310,12 +309,7 @@ def train_async(
     if config.optimizer == "lbfgs":
         raise ValueError("mode='async' needs a first-order optimizer: 'sgd', 'adagrad' or 'adam'")
     sc = blocks.context
-    workers = blocks
-    slots = max(int(sc.defaultParallelism), 1)
-    if blocks.getNumPartitions() > slots:
-        workers = blocks.coalesce(slots)
-        logger.info("async: %d partitions run as %d workers, one per task slot",
-                    blocks.getNumPartitions(), slots)
+    workers = worker_partitions(blocks, "async")
     num_workers = workers.getNumPartitions()
     resumed = checkpoints.resume_state() if checkpoints else None
     progress = Progress(config.max_iter, config.label)

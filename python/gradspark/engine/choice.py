@@ -1,0 +1,83 @@
+"""Which data path, kernels and execution strategy a fit uses (``engine``/``executionStrategy``).
+
+Three ways to compute a step's gradient sums, measured in
+``benchmarks/engine.py``:
+
+* ``resident`` (python kernels): one long-running stage keeps every
+  partition's blocks in Python workers; a step is one message round. The
+  fastest per step, but the blocks live in the Python workers' memory for
+  the whole fit, on top of Spark's cache.
+* ``jobPerStep`` + ``jvm`` kernels: a broadcast and a ``treeAggregate`` of
+  Scala kernels over blocks cached in the JVM; spills to disk like any cache.
+* ``jobPerStep`` + ``python`` kernels: the same job shape with numpy kernels;
+  every step moves the cached blocks into Python workers (the fallback
+  when the kernels jar is not available).
+
+``auto`` takes ``resident`` unless a worker would hold more than
+:data:`RESIDENT_BYTES_PER_WORKER` of blocks, then the JVM kernels (or numpy
+when they cannot be loaded). When the kernels jar loads, every strategy
+reads its blocks from the JVM's one-pass blockify and validation; otherwise
+from the Python one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+# Above this, auto does not keep blocks resident in Python workers.
+RESIDENT_BYTES_PER_WORKER = 2 << 30
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    kernels: str  # "python" | "jvm": where a step's arithmetic runs
+    strategy: str  # "jobPerStep" | "resident" | "async"
+    reason: str
+
+
+def jvm_kernels_available(spark) -> bool:
+    """Whether the kernels jar is (or can be) loaded into this session."""
+    try:
+        from gradspark.engine.jvm import load_kernels
+
+        load_kernels(spark)
+        return True
+    except Exception as exc:  # noqa: BLE001 - any failure means: fall back to numpy
+        logger.info("JVM kernels not available (%s); using the python engine", exc)
+        return False
+
+
+def data_path(spark, engine: str, strategy: str, mode: str) -> bool:
+    """Whether to blockify in the JVM (decided before the data pass)."""
+    if engine == "python" and strategy == "jobPerStep" and mode == "sync":
+        return False  # numpy job-per-step reads Python-cached blocks each step
+    if engine == "jvm":
+        from gradspark.engine.jvm import load_kernels
+
+        load_kernels(spark)  # asked for explicitly: its failure is the user's error
+        return True
+    return jvm_kernels_available(spark)
+
+
+def choose(engine: str, strategy: str, mode: str, jvm_data: bool, bytes_per_worker: float,
+           ) -> EngineChoice:
+    """Resolve ``auto`` once the data pass has told us the size of the blocks."""
+    if mode == "async":
+        return EngineChoice("python", "async", "async mode: resident Python workers")
+    if strategy == "auto":
+        if engine == "jvm":
+            strategy, why = "jobPerStep", "engine='jvm' runs one job per step"
+        elif bytes_per_worker <= RESIDENT_BYTES_PER_WORKER:
+            strategy, why = "resident", (f"{bytes_per_worker / 2**20:.0f} MiB of blocks per "
+                                         "worker fit in the resident workers")
+        else:
+            strategy, why = "jobPerStep", (f"{bytes_per_worker / 2**30:.1f} GiB of blocks per "
+                                           "worker: too much to keep resident")
+    else:
+        why = f"executionStrategy={strategy!r}"
+    if strategy == "resident" or engine == "python" or not jvm_data:
+        return EngineChoice("python", strategy, why)
+    return EngineChoice("jvm", strategy, why)

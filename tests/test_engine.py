@@ -1,0 +1,115 @@
+"""Execution strategies on the shared local[2] session: resident workers vs one job per step."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import gradspark_cached_rdds
+from gradspark import SGDLinearRegression, SGDLogisticRegression
+from gradspark.engine.choice import RESIDENT_BYTES_PER_WORKER, choose
+from gradspark.engine.resident import WorkersFailed
+from gradspark.faults import ENVIRONMENT_VARIABLE
+from gradspark.ps import running_servers
+
+LOOPBACK = dict(parameterServerHost="127.0.0.1")
+
+
+def coefficients(model):
+    return np.r_[model._coefficient_matrix.ravel(), model._intercepts]
+
+
+def fit_both(estimator_cls, df, **params):
+    job = estimator_cls(executionStrategy="jobPerStep", engine="python", **params).fit(df)
+    resident = estimator_cls(executionStrategy="resident", **LOOPBACK, **params).fit(df)
+    return job, resident
+
+
+def no_resident_leftovers(spark):
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("gradspark-")]
+    assert threads == [] and running_servers() == [] and gradspark_cached_rdds(spark) == []
+
+
+@pytest.mark.parametrize("family, label", [("binomial", "label"), ("multinomial", "multi")])
+def test_resident_lbfgs_equals_job_per_step(spark, classification_data, family, label):
+    df, *_ = classification_data
+    job, resident = fit_both(SGDLogisticRegression, df, family=family, labelCol=label,
+                             weightCol="weight", regParam=0.01, elasticNetParam=0.3)
+    # Two partitions, two workers: the same sums in the same order.
+    np.testing.assert_allclose(coefficients(resident), coefficients(job), rtol=1e-12, atol=1e-14)
+    assert resident.summary.objectiveHistory == pytest.approx(job.summary.objectiveHistory,
+                                                              rel=1e-12)
+    extra = resident.summary.extra
+    assert extra["executionStrategy"] == "resident" and extra["engine"] == "python"
+    # One round per gradient evaluation, nothing else.
+    assert extra["rounds"] == extra["gradientEvaluations"] == job.summary.extra[
+        "gradientEvaluations"]
+    no_resident_leftovers(spark)
+
+
+def test_resident_mini_batches_match_with_more_partitions_than_workers(spark, classification_data):
+    df, *_ = classification_data
+    four = df.repartition(4)  # two workers hold two input partitions each
+    params = dict(optimizer="adam", stepSize=0.05, miniBatchFraction=0.3, maxIter=25, tol=0.0,
+                  weightCol="weight")
+    job, resident = fit_both(SGDLogisticRegression, four, **params)
+    assert resident.summary.extra["residentWorkers"] == 2
+    # Each input partition samples from (seed, step, partition) wherever it lives.
+    np.testing.assert_allclose(coefficients(resident), coefficients(job), rtol=1e-10)
+    np.testing.assert_allclose(resident.summary.objectiveHistory,
+                               job.summary.objectiveHistory, rtol=1e-10)
+
+
+def test_resident_huber_scale_and_squared_error(regression_data):
+    df, X, y, w = regression_data
+    huber_job, huber_res = fit_both(SGDLinearRegression, df, loss="huber", labelCol="noisy",
+                                    regParam=0.05)
+    np.testing.assert_allclose(coefficients(huber_res), coefficients(huber_job), rtol=1e-10)
+    assert huber_res.scale == pytest.approx(huber_job.scale, rel=1e-10)
+    # Weighted least squares against the closed form.
+    ols = SGDLinearRegression(executionStrategy="resident", weightCol="weight", tol=1e-12,
+                              maxIter=200, **LOOPBACK).fit(df)
+    A = np.c_[X, np.ones(len(X))]
+    expected = np.linalg.solve(A.T @ (w[:, None] * A), A.T @ (w * y))
+    np.testing.assert_allclose(np.r_[ols.coefficients.toArray(), ols.intercept], expected,
+                               rtol=1e-6)
+
+
+def test_a_stage_that_fails_for_good_fails_the_fit_cleanly(spark, classification_data,
+                                                          monkeypatch):
+    df, *_ = classification_data
+    # local[2] gives a task one attempt (spark.task.maxFailures is 1 in local mode).
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, json.dumps({"fail_partition": 0, "fail_step": 0}))
+    estimator = SGDLogisticRegression(executionStrategy="resident", optimizer="sgd", maxIter=5,
+                                      **LOOPBACK)
+    with pytest.raises(WorkersFailed, match="injected failure"):
+        estimator.fit(df)
+    no_resident_leftovers(spark)
+
+
+def test_auto_keeps_small_data_resident_and_large_data_in_jobs():
+    small = choose("auto", "auto", "sync", jvm_data=False, bytes_per_worker=1e6)
+    assert (small.kernels, small.strategy) == ("python", "resident")
+    large = choose("auto", "auto", "sync", jvm_data=True,
+                   bytes_per_worker=2.0 * RESIDENT_BYTES_PER_WORKER)
+    assert (large.kernels, large.strategy) == ("jvm", "jobPerStep")
+    no_jar = choose("auto", "auto", "sync", jvm_data=False,
+                    bytes_per_worker=2.0 * RESIDENT_BYTES_PER_WORKER)
+    assert (no_jar.kernels, no_jar.strategy) == ("python", "jobPerStep")
+    assert choose("jvm", "auto", "sync", True, 1.0).strategy == "jobPerStep"
+    assert choose("auto", "auto", "async", True, 1.0).strategy == "async"
+
+
+def test_auto_is_resident_on_the_test_data(classification_data):
+    df, *_ = classification_data
+    model = SGDLogisticRegression(maxIter=5, **LOOPBACK).fit(df)
+    assert model.summary.extra["executionStrategy"] == "resident"
+
+
+def test_jvm_kernels_cannot_be_resident(classification_data):
+    df, *_ = classification_data
+    with pytest.raises(ValueError, match="resident"):
+        SGDLogisticRegression(engine="jvm", executionStrategy="resident").fit(df)
