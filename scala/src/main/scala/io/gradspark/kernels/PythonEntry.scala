@@ -58,9 +58,9 @@ final class JvmBlocks(spark: SparkSession, val rdd: RDD[Block], val numFeatures:
 
   /** One tree-aggregated pass (this materializes the cache); flat float64 bytes. */
   def statistics(trackClasses: Boolean, depth: Int): Array[Byte] = {
-    val merge = new MergeStatisticsFunction(numFeatures)
-    val stats = rdd.mapPartitions(new PartitionStatisticsFunction(trackClasses, numFeatures))
-      .treeAggregate(Array.emptyDoubleArray)(merge, merge, depth)
+    val stats = OrderedAggregate(
+      rdd.mapPartitions(new PartitionStatisticsFunction(trackClasses, numFeatures)),
+      new MergeStatisticsFunction(numFeatures), depth)
     PythonEntry.toBytes(stats)
   }
 
@@ -74,10 +74,8 @@ final class JvmBlocks(spark: SparkSession, val rdd: RDD[Block], val numFeatures:
     try {
       val fn = new GradientFunction(bc, loss, PythonEntry.fromBytes(constants), numFeatures,
         numOutputs, numAux, fraction, seed, step)
-      val sum = new SumArraysFunction
-      val out = rdd.mapPartitionsWithIndex(fn)
-        .treeAggregate(Array.emptyDoubleArray)(sum, sum, depth)
-      PythonEntry.toBytes(out)
+      PythonEntry.toBytes(OrderedAggregate(rdd.mapPartitionsWithIndex(fn),
+        new SumArraysFunction, depth))
     } finally {
       bc.destroy()
     }
