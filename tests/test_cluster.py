@@ -64,3 +64,13 @@ def test_torch_rank_failure_is_retried_and_resumed():
     assert result["resumed_from"] == 2
     assert result["max_weight_difference"] == 0.0
     assert result["retried_history"] == result["history"]
+
+
+def test_resident_tree_of_depth_three_survives_a_failed_node():
+    result = run_job("resident_tree_job.py")
+    assert result["workers"] == 4 and result["depth"] == 3
+    # Sums combined in the tree equal the star's up to the order of additions.
+    np.testing.assert_allclose(result["tree"], result["star"], rtol=1e-12, atol=1e-15)
+    # The failed barrier stage is rerun as a whole and the fit is unchanged.
+    assert result["reconnects"] >= 1
+    np.testing.assert_array_equal(result["retried"], result["tree"])

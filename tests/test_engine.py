@@ -11,7 +11,7 @@ import pytest
 from conftest import gradspark_cached_rdds
 from gradspark import SGDLinearRegression, SGDLogisticRegression
 from gradspark.engine.choice import RESIDENT_BYTES_PER_WORKER, choose
-from gradspark.engine.resident import WorkersFailed
+from gradspark.engine.resident import Tree, WorkersFailed
 from gradspark.faults import ENVIRONMENT_VARIABLE
 from gradspark.ps import running_servers
 
@@ -113,3 +113,44 @@ def test_jvm_kernels_cannot_be_resident(classification_data):
     df, *_ = classification_data
     with pytest.raises(ValueError, match="resident"):
         SGDLogisticRegression(engine="jvm", executionStrategy="resident").fit(df)
+
+
+def test_tree_topology_equals_star(spark, classification_data):
+    df, *_ = classification_data
+    params = dict(family="multinomial", labelCol="multi", regParam=0.01)
+    star = SGDLogisticRegression(executionStrategy="resident", **LOOPBACK, **params).fit(df)
+    tree = SGDLogisticRegression(executionStrategy="resident", aggregationTopology="tree",
+                                 **LOOPBACK, **params).fit(df)
+    # The same sums, added in the tree's order instead of the driver's.
+    np.testing.assert_allclose(coefficients(tree), coefficients(star), rtol=1e-12, atol=1e-14)
+    extra = tree.summary.extra
+    assert extra["aggregationTopology"] == "tree" and extra["treeDepth"] == 2
+    assert extra["rounds"] == extra["gradientEvaluations"]
+    no_resident_leftovers(spark)
+
+
+def test_tree_shape_follows_aggregation_depth():
+    tree = Tree.for_depth(9, 2)  # fan-in 3, like treeAggregate's scale
+    assert tree.fan_in == 3
+    assert [tree.children(w) for w in range(4)] == [[1, 2, 3], [4, 5, 6], [7, 8], []]
+    assert [tree.parent(w) for w in (1, 3, 4, 8)] == [0, 0, 1, 2]
+    assert tree.depth() == 3
+    # Every worker but the root has exactly one parent that lists it as a child.
+    for n, depth in [(1, 2), (2, 2), (7, 3), (16, 2)]:
+        t = Tree.for_depth(n, depth)
+        assert sorted(c for w in range(n) for c in t.children(w)) == list(range(1, n))
+
+
+def test_jvm_kernels_are_bit_reproducible_across_partitions(spark, classification_data):
+    # treeAggregate merges in task-completion order; the JVM engine merges in
+    # partition order, so repeated fits over many partitions agree to the bit.
+    df, *_ = classification_data
+    many = df.repartition(7).cache()
+    params = dict(engine="jvm", weightCol="weight", optimizer="adam", stepSize=0.05,
+                  maxIter=15, tol=0.0)
+    first = SGDLogisticRegression(**params).fit(many)
+    again = SGDLogisticRegression(**params).fit(many)
+    np.testing.assert_array_equal(coefficients(again), coefficients(first))
+    assert again.summary.objectiveHistory == first.summary.objectiveHistory
+    assert first.summary.extra["engine"] == "jvm"
+    many.unpersist()

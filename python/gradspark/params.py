@@ -31,6 +31,7 @@ SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")
 MODES = ("sync", "async")
 ENGINES = ("auto", "python", "jvm")
 STRATEGIES = ("auto", "jobPerStep", "resident")
+TOPOLOGIES = ("star", "tree")
 
 
 def _one_of(name: str, allowed: tuple[str, ...]):
@@ -158,11 +159,24 @@ class HasEngine(Params):
         typeConverter=_one_of("executionStrategy", STRATEGIES),
     )
 
+    aggregationTopology: Param[str] = Param(
+        Params._dummy(),
+        "aggregationTopology",
+        "resident strategy: 'star' (every worker answers the driver) or 'tree' (workers "
+        "combine their sums in a fan-in tree of aggregationDepth levels, so the driver "
+        "exchanges one message per step; a barrier stage). jobPerStep always uses "
+        "treeAggregate",
+        typeConverter=_one_of("aggregationTopology", TOPOLOGIES),
+    )
+
     def getEngine(self) -> str:
         return self.getOrDefault(self.engine)
 
     def getExecutionStrategy(self) -> str:
         return self.getOrDefault(self.executionStrategy)
+
+    def getAggregationTopology(self) -> str:
+        return self.getOrDefault(self.aggregationTopology)
 
 
 class HasBlockSize(Params):
@@ -278,6 +292,7 @@ class SGDParams(
             parameterServerHost="",
             engine="auto",
             executionStrategy="auto",
+            aggregationTopology="star",
             blockSize=4096,
             checkpointDir="",
             checkpointInterval=10,

@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 _RESUMABLE_CHANGES = frozenset({
     "maxIter", "checkpointDir", "checkpointInterval", "keepCheckpoints", "resume",
     "checkpointData", "workerTimeout", "parameterServerHost", "executionStrategy",
+    "aggregationTopology",
     "predictionCol", "rawPredictionCol", "probabilityCol", "threshold",
 })
 

@@ -26,10 +26,13 @@ checkpoint.
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import math
 import threading
 import time
-from typing import Dict, Optional
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 from pyspark import RDD
@@ -38,8 +41,10 @@ from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, add_sums
 from gradspark.faults import fault_plan
 from gradspark.losses import Loss
+from gradspark.params import TOPOLOGIES
 from gradspark.ps import ParameterClient, ParameterServer
-from gradspark.ps.tasks import resident_task, worker_partitions
+from gradspark.ps.tasks import by_partition, resident_task, worker_partitions
+from gradspark.trainer.barrier import require_task_slots
 
 logger = logging.getLogger(__name__)
 
@@ -49,35 +54,55 @@ class WorkersFailed(RuntimeError):
 
 
 class GradientRounds:
-    """The server-side state of resident training: one request, all workers' answers.
+    """One round at a time: publish a linear map, collect the answers of ``expected`` workers.
 
+    The driver holds one (expecting every worker in a star, the root of the
+    tree otherwise) and so does every inner node of a tree, for its children.
     Implements :class:`gradspark.ps.server.Handler`; every method runs on a
     server connection thread and holds ``self.lock``.
     """
 
-    def __init__(self, num_workers: int, num_features: int, num_outputs: int,
-                 vector_size: int) -> None:
-        self.num_workers = num_workers
+    def __init__(self, expected: Sequence[int], num_features: int, num_outputs: int,
+                 vector_size: int, relay: bool = False) -> None:
+        self.expected = list(expected)
+        # What a hello is answered with: the attempt the connecting worker is in. The
+        # driver counts each worker's connections; a relay passes on its own attempt,
+        # which it learns from upstream (a barrier stage restarts every task at once).
+        self.relay = relay
+        self.attempt: Optional[int] = None
+        self.hellos: Dict[int, int] = {}
         self.num_features = num_features
         self.num_outputs = num_outputs
         self.vector_size = vector_size
         self.lock = threading.Condition()
-        self.round = 0  # rounds published; workers answer round `self.round`
+        self.round = 0  # the round in progress; 0 before the first
         self.sample_code = 0
         self.vector = np.zeros(vector_size)
         self.answers: Dict[int, GradientSums] = {}
         self.stopped = False
         self.failure: Optional[BaseException] = None
         self.reconnects = 0
+        self.gone: set = set()  # workers that said done or disconnected
 
     # -- Handler -----------------------------------------------------------
     def on_hello(self, worker: int, attempt: int) -> int:
         with self.lock:
-            if attempt > 0:
+            if self.relay:
+                while self.attempt is None and not self.stopped:
+                    self.lock.wait()
+                return self.attempt or 0
+            earlier = self.hellos.get(worker, 0)
+            self.hellos[worker] = earlier + 1
+            if earlier:
                 self.reconnects += 1
-                logger.warning("resident worker %d (task attempt %d) reconnected at round %d",
-                               worker, attempt, self.round)
-            return self.round
+                logger.warning("resident worker %d reconnected (attempt %d) at round %d",
+                               worker, earlier, self.round)
+            return earlier
+
+    def set_attempt(self, attempt: int) -> None:
+        with self.lock:
+            self.attempt = attempt
+            self.lock.notify_all()
 
     def on_pull(self, worker: int):
         with self.lock:
@@ -88,7 +113,8 @@ class GradientRounds:
     def on_push(self, worker: int, clock: int, version: int, loss_sum: float,
                 weight_sum: float, count: int, vector: np.ndarray) -> bool:
         with self.lock:
-            if self.stopped or clock != self.round or worker in self.answers:
+            if (self.stopped or clock != self.round or worker in self.answers
+                    or worker not in self.expected):
                 return False
             self.answers[worker] = GradientSums.from_vector(
                 vector, self.num_features, self.num_outputs, loss_sum, weight_sum, count)
@@ -96,21 +122,33 @@ class GradientRounds:
             return True
 
     def on_done(self, worker: int) -> None:
-        pass
+        self.on_disconnect(worker)
 
     def on_disconnect(self, worker: int) -> None:
-        pass
-
-    # -- the driver's side ---------------------------------------------------
-    def request(self, vector: np.ndarray, sample_code: int,
-                timeout: float) -> Optional[GradientSums]:
-        """Publish a round and wait for every worker's answer; their sum, in worker order."""
         with self.lock:
-            self.round += 1
-            self.vector, self.sample_code, self.answers = vector, sample_code, {}
+            self.gone.add(worker)
             self.lock.notify_all()
+
+    def drain(self, timeout: float) -> None:
+        """After :meth:`stop`: wait until every expected worker has left (a relay closing
+        its server earlier would cut its children off before they heard the stop)."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while not set(self.expected) <= self.gone and time.monotonic() < deadline:
+                self.lock.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+
+    # -- the publishing side ---------------------------------------------------
+    def publish(self, round_: int, vector: np.ndarray, sample_code: int) -> None:
+        with self.lock:
+            self.round, self.vector, self.sample_code, self.answers = \
+                round_, vector, sample_code, {}
+            self.lock.notify_all()
+
+    def collect(self, timeout: float) -> Optional[GradientSums]:
+        """Wait for every expected worker's answer; their sum, in worker order."""
+        with self.lock:
             deadline = time.monotonic() + timeout
-            while len(self.answers) < self.num_workers:
+            while len(self.answers) < len(self.expected):
                 if self.failure is not None:
                     raise WorkersFailed(f"resident workers failed: {self.failure}") \
                         from self.failure
@@ -118,14 +156,20 @@ class GradientRounds:
                     raise WorkersFailed("resident workers stopped before the fit ended")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    missing = sorted(set(range(self.num_workers)) - set(self.answers))
+                    missing = sorted(set(self.expected) - set(self.answers))
                     raise TimeoutError(
                         f"resident workers {missing} did not answer round {self.round} "
                         f"within {timeout:.0f} s (workerTimeout); are there enough task "
                         "slots for every worker?")
                 self.lock.wait(timeout=min(left, 1.0))
-            answers = [self.answers[w] for w in range(self.num_workers)]
-        return functools.reduce(add_sums, answers)
+            answers = [self.answers[w] for w in self.expected]
+        return functools.reduce(add_sums, answers, None)
+
+    def request(self, vector: np.ndarray, sample_code: int,
+                timeout: float) -> Optional[GradientSums]:
+        """The driver's step: the next round, published and collected."""
+        self.publish(self.round + 1, vector, sample_code)
+        return self.collect(timeout)
 
     def stop(self, failure: Optional[BaseException] = None) -> None:
         with self.lock:
@@ -134,29 +178,116 @@ class GradientRounds:
             self.lock.notify_all()
 
 
-def serve_rounds(client: ParameterClient, groups, loss: Loss, num_features: int,
-                 num_outputs: int, fraction: float, seed: int, attempt: int = 0,
-                 faults=None) -> int:
-    """A resident worker's loop: take a round's linear map, answer with its sums."""
+@dataclass(frozen=True)
+class Tree:
+    """Fan-in tree over workers 0..n-1 in heap order; worker 0 talks to the driver.
+
+    The fan-in follows ``treeAggregate``'s rule for ``aggregationDepth``:
+    ``max(2, ceil(n ** (1 / depth)))``.
+    """
+
+    num_workers: int
+    fan_in: int
+
+    @classmethod
+    def for_depth(cls, num_workers: int, depth: int) -> "Tree":
+        return cls(num_workers, max(2, math.ceil(num_workers ** (1.0 / max(depth, 1)))))
+
+    def parent(self, worker: int) -> Optional[int]:
+        return None if worker == 0 else (worker - 1) // self.fan_in
+
+    def children(self, worker: int) -> List[int]:
+        first = self.fan_in * worker + 1
+        return list(range(first, min(first + self.fan_in, self.num_workers)))
+
+    def depth(self) -> int:
+        """Levels from the root to the deepest worker (the last one, in heap order)."""
+        levels, worker = 1, self.num_workers - 1
+        while worker > 0:
+            worker, levels = self.parent(worker), levels + 1
+        return levels
+
+
+def worker_sums(request, groups, loss: Loss, num_features: int, num_outputs: int,
+                fraction: float, seed: int, attempt: int, faults) -> GradientSums:
+    """This worker's own sums for a pulled round (see the module docs for the encoding)."""
     d, k = num_features, num_outputs
+    step, sampled = divmod(request.version, 2)
+    if faults is not None:
+        for partition in groups:
+            faults.before_batch(partition, step, attempt)
+    coef = request.vector[: d * k].reshape(d, k)
+    offset, aux = request.vector[d * k: d * k + k], request.vector[d * k + k:]
+    return grouped_sums(groups, loss, coef, offset, aux, fraction if sampled else 1.0,
+                        seed, step) or GradientSums.zeros(d, k, loss.num_aux)
+
+
+def serve_rounds(client: ParameterClient, groups, loss: Loss, num_features: int,
+                 num_outputs: int, fraction: float, seed: int, faults=None,
+                 relay: Optional[GradientRounds] = None, timeout: float = 300.0) -> int:
+    """A resident worker's loop: take a round's linear map, answer with its sums.
+
+    With ``relay`` (an inner node of a tree) the round is passed on to the
+    children first, and the answer is this worker's sums plus theirs. The
+    attempt (for fault injection) is what the upstream's welcome said.
+    """
     answered = 0
-    while True:
-        request = client.pull()
-        if request.stop:
-            break
-        step, sampled = divmod(request.version, 2)
-        if faults is not None:
-            for partition in groups:
-                faults.before_batch(partition, step, attempt)
-        coef = request.vector[: d * k].reshape(d, k)
-        offset, aux = request.vector[d * k: d * k + k], request.vector[d * k + k:]
-        sums = grouped_sums(groups, loss, coef, offset, aux, fraction if sampled else 1.0,
-                            seed, step) or GradientSums.zeros(d, k, loss.num_aux)
-        client.push(request.clock, request.version, sums.loss_sum, sums.weight_sum,
-                    sums.count, sums.vector())
-        answered += 1
-    client.done()
+    attempt = client.start_clock
+    if relay is not None:
+        relay.set_attempt(attempt)
+    try:
+        while True:
+            request = client.pull()
+            if request.stop:
+                break
+            if relay is not None:
+                relay.publish(request.clock, request.vector, request.version)
+            sums = worker_sums(request, groups, loss, num_features, num_outputs, fraction,
+                               seed, attempt, faults)
+            if relay is not None:
+                sums = add_sums(sums, relay.collect(timeout))
+            client.push(request.clock, request.version, sums.loss_sum, sums.weight_sum,
+                        sums.count, sums.vector())
+            answered += 1
+        client.done()
+    finally:
+        if relay is not None:
+            relay.stop()
+            relay.drain(timeout)
     return answered
+
+
+def tree_task(driver_address, secret: bytes, tree: Tree, loopback: bool, loop_args,
+              faults, timeout: float):
+    """The barrier task of one tree node: relay server, address exchange, then the loop."""
+
+    def run(worker: int, tagged):
+        from pyspark import BarrierTaskContext
+
+        ctx = BarrierTaskContext.get()
+        groups = by_partition(tagged)
+        children = tree.children(worker)
+        relay = server = None
+        try:
+            if children:
+                loss, d, k = loop_args[:3]
+                relay = GradientRounds(children, d, k, d * k + k + loss.num_aux, relay=True)
+                host = "127.0.0.1" if loopback else \
+                    ctx.getTaskInfos()[worker].address.rsplit(":", 1)[0]
+                server = ParameterServer(relay, host, tree.num_workers, secret)
+            addresses = ctx.allGather(json.dumps(server.address if server else None))
+            parent = tree.parent(worker)
+            upstream = tuple(driver_address) if parent is None else \
+                tuple(json.loads(addresses[parent]))
+            with ParameterClient(upstream, secret, worker, ctx.attemptNumber()) as client:
+                answered = serve_rounds(client, groups, *loop_args, faults=faults,
+                                        relay=relay, timeout=timeout)
+        finally:
+            if server is not None:
+                server.close()
+        yield worker, ctx.attemptNumber(), answered
+
+    return run
 
 
 class ResidentGradientEngine:
@@ -165,13 +296,23 @@ class ResidentGradientEngine:
     Same interface as :class:`~gradspark.engine.python.PythonGradientEngine`;
     use it as a context manager (``with engine:``) so the stage is started
     once and always stopped.
+
+    ``topology="star"``: every worker answers the driver (plain tasks, each
+    retried on its own). ``"tree"``: workers answer their parent in a
+    :class:`Tree` and only the root answers the driver, so the driver sends
+    and receives one message per step whatever the number of workers; it is
+    a barrier stage (the nodes learn each other's addresses through
+    ``allGather``), which Spark retries as a whole when a node fails.
     """
 
     strategy = "resident"
 
     def __init__(self, blocks: RDD, loss: Loss, num_features: int, num_outputs: int,
                  mini_batch_fraction: float = 1.0, seed: int = 0, host: str = "",
-                 timeout: float = 300.0) -> None:
+                 timeout: float = 300.0, topology: str = "star",
+                 aggregation_depth: int = 2) -> None:
+        if topology not in TOPOLOGIES:
+            raise ValueError(f"topology must be one of {list(TOPOLOGIES)}, got {topology!r}")
         self.blocks = blocks
         self.loss = loss
         self.num_features = num_features
@@ -180,6 +321,9 @@ class ResidentGradientEngine:
         self.seed = seed & 0xFFFFFFFF
         self.host = host
         self.timeout = timeout
+        self.topology = topology
+        self.aggregation_depth = aggregation_depth
+        self.tree: Optional[Tree] = None
         self.rounds: Optional[GradientRounds] = None
         self.server: Optional[ParameterServer] = None
         self._job: Optional[threading.Thread] = None
@@ -196,33 +340,46 @@ class ResidentGradientEngine:
     def metrics(self) -> Dict[str, object]:
         if self.rounds is None:
             return {}
-        return {"residentWorkers": self.rounds.num_workers, "rounds": self.rounds.round,
-                "reconnects": self.rounds.reconnects}
+        workers = self.tree.num_workers if self.tree else len(self.rounds.expected)
+        return {"residentWorkers": workers, "aggregationTopology": self.topology,
+                "treeDepth": self.tree.depth() if self.tree else 1,
+                "rounds": self.rounds.round, "reconnects": self.rounds.reconnects}
 
     def start(self) -> None:
         """Start the server and the workers' stage (in a thread: its job runs for the fit)."""
         sc = self.blocks.context
-        workers = worker_partitions(self.blocks, "resident")
+        tree = self.topology == "tree"
+        workers = worker_partitions(self.blocks, "resident", barrier=tree)
         num_workers = workers.getNumPartitions()
-        vector_size = self.num_features * self.num_outputs + self.num_outputs \
-            + self.loss.num_aux
-        rounds = self.rounds = GradientRounds(num_workers, self.num_features,
-                                              self.num_outputs, vector_size)
+        d, k = self.num_features, self.num_outputs
+        vector_size = d * k + k + self.loss.num_aux
+        if tree:
+            require_task_slots(sc, num_workers, use_gpu=False)
+            self.tree = Tree.for_depth(num_workers, self.aggregation_depth)
+        rounds = self.rounds = GradientRounds([0] if tree else range(num_workers), d, k,
+                                              vector_size)
         host = self.host or sc.getConf().get("spark.driver.host", "127.0.0.1")
         self.server = ParameterServer(rounds, host, num_workers)
-        loss, d, k = self.loss, self.num_features, self.num_outputs
-        fraction, seed, faults = self.mini_batch_fraction, self.seed, fault_plan()
+        loop_args = (self.loss, d, k, self.mini_batch_fraction, self.seed)
+        faults = fault_plan()
+        if tree:
+            task = tree_task(self.server.address, self.server.secret, self.tree,
+                             host.startswith("127."), loop_args, faults, self.timeout)
+            # A barrier *map* stage (it feeds a shuffle) is retried as a whole by Spark;
+            # a failed barrier result stage would not be.
+            stage = workers.barrier().mapPartitionsWithIndex(task).coalesce(1, shuffle=True)
+        else:
+            def loop(client, groups, attempt):
+                return serve_rounds(client, groups, *loop_args, faults=faults)
 
-        def loop(client, groups, attempt):
-            return serve_rounds(client, groups, loss, d, k, fraction, seed, attempt, faults)
-
-        task = resident_task(self.server.address, self.server.secret, loop)
+            stage = workers.mapPartitionsWithIndex(
+                resident_task(self.server.address, self.server.secret, loop))
         job_group = self.job_group
 
         def run_stage() -> None:
             try:
                 sc.setJobGroup(job_group, "gradspark resident workers", True)
-                reports = workers.mapPartitionsWithIndex(task).collect()
+                reports = stage.collect()
                 logger.info("resident: %d workers finished (%s)", len(reports), reports)
                 rounds.stop()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's request
@@ -230,8 +387,9 @@ class ResidentGradientEngine:
 
         self._job = threading.Thread(target=run_stage, name="gradspark-resident", daemon=True)
         self._job.start()
-        logger.info("resident: %d workers serve gradient rounds from %s:%d", num_workers,
-                    *self.server.address)
+        logger.info("resident: %d workers (%s%s) serve gradient rounds from %s:%d",
+                    num_workers, self.topology,
+                    f", fan-in {self.tree.fan_in}" if tree else "", *self.server.address)
 
     def gradient_sums(self, coef: np.ndarray, offset: np.ndarray, aux: np.ndarray,
                       fraction: float = 1.0, seed: int = 0,

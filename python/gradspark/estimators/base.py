@@ -255,7 +255,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             engine = ResidentGradientEngine(
                 blocks, problem.loss, data.num_features, problem.num_outputs,
                 self.getMiniBatchFraction(), self.getSeed(), self.getParameterServerHost(),
-                self.getWorkerTimeout())
+                self.getWorkerTimeout(), self.getAggregationTopology(), depth)
             return cleanup.enter_context(engine)
         if jvm_data and choice.strategy == "jobPerStep":
             # numpy reads the blocks every step: cache the Python copy, drop it afterwards.

@@ -85,6 +85,7 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         parameterServerHost: str = "",
         engine: str = "auto",
         executionStrategy: str = "auto",
+        aggregationTopology: str = "star",
         blockSize: int = 4096,
         checkpointDir: str = "",
         checkpointInterval: int = 10,

@@ -102,6 +102,7 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         parameterServerHost: str = "",
         engine: str = "auto",
         executionStrategy: str = "auto",
+        aggregationTopology: str = "star",
         blockSize: int = 4096,
         checkpointDir: str = "",
         checkpointInterval: int = 10,

@@ -63,6 +63,7 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
         parameterServerHost: str = "",
         engine: str = "auto",
         executionStrategy: str = "auto",
+        aggregationTopology: str = "star",
         blockSize: int = 4096,
         checkpointDir: str = "",
         checkpointInterval: int = 10,

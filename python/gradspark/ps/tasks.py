@@ -22,8 +22,13 @@ from gradspark.ps.client import ParameterClient
 logger = logging.getLogger(__name__)
 
 
-def worker_partitions(blocks: RDD, purpose: str) -> RDD:
-    """``(partition, block)`` pairs in at most one partition per task slot."""
+def worker_partitions(blocks: RDD, purpose: str, barrier: bool = False) -> RDD:
+    """``(partition, block)`` pairs in at most one partition per task slot.
+
+    A barrier stage may not narrow partitions (no ``coalesce``), so for one
+    the blocks are shuffled to worker ``partition % slots`` instead (once per
+    fit; each input partition stays whole and in order).
+    """
     sc = blocks.context
     tagged = blocks.mapPartitionsWithIndex(
         lambda partition, iterator: ((partition, block) for block in iterator)
@@ -32,6 +37,8 @@ def worker_partitions(blocks: RDD, purpose: str) -> RDD:
     if blocks.getNumPartitions() > slots:
         logger.info("%s: %d partitions run as %d workers, one per task slot", purpose,
                     blocks.getNumPartitions(), slots)
+        if barrier:
+            return tagged.partitionBy(slots, lambda partition: partition)
         return tagged.coalesce(slots)
     return tagged
 
