@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 benchmark: $(STAMP)
-	$(PY) benchmarks/sync_vs_mllib.py
+	$(PY) benchmarks/engine.py --scaling
 
 clean:
 	rm -rf $(VENV) build *.egg-info python/*.egg-info

@@ -94,19 +94,29 @@ def test_auto_keeps_small_data_resident_and_large_data_in_jobs():
     small = choose("auto", "auto", "sync", jvm_data=False, bytes_per_worker=1e6)
     assert (small.kernels, small.strategy) == ("python", "resident")
     large = choose("auto", "auto", "sync", jvm_data=True,
-                   bytes_per_worker=2.0 * RESIDENT_BYTES_PER_WORKER)
+                   bytes_per_worker=2.0 * RESIDENT_BYTES_PER_WORKER, optimizer="adam")
     assert (large.kernels, large.strategy) == ("jvm", "jobPerStep")
     no_jar = choose("auto", "auto", "sync", jvm_data=False,
                     bytes_per_worker=2.0 * RESIDENT_BYTES_PER_WORKER)
     assert (no_jar.kernels, no_jar.strategy) == ("python", "jobPerStep")
+    # L-BFGS's few passes do not repay loading big blocks into resident workers.
+    assert choose("auto", "auto", "sync", True, 1e6, optimizer="lbfgs").strategy == "resident"
+    assert choose("auto", "auto", "sync", True, 1e9, optimizer="lbfgs").kernels == "jvm"
+    assert choose("auto", "auto", "sync", True, 1e6, optimizer="adam").strategy == "resident"
+    assert choose("auto", "auto", "sync", False, 1e6, optimizer="lbfgs").strategy == "resident"
+    assert choose("auto", "auto", "sync", True, 1e6, resident_busy=True,
+                  optimizer="adam").strategy == "jobPerStep"
     assert choose("jvm", "auto", "sync", True, 1.0).strategy == "jobPerStep"
     assert choose("auto", "auto", "async", True, 1.0).strategy == "async"
 
 
-def test_auto_is_resident_on_the_test_data(classification_data):
+def test_auto_choices_on_the_test_data(classification_data):
     df, *_ = classification_data
-    model = SGDLogisticRegression(maxIter=5, **LOOPBACK).fit(df)
-    assert model.summary.extra["executionStrategy"] == "resident"
+    adam = SGDLogisticRegression(optimizer="adam", maxIter=5, **LOOPBACK).fit(df)
+    assert adam.summary.extra["executionStrategy"] == "resident"
+    lbfgs = SGDLogisticRegression(maxIter=5, **LOOPBACK).fit(df)
+    assert lbfgs.summary.extra["executionStrategy"] == "resident"  # small blocks
+    assert lbfgs.summary.extra["jvmData"] is True  # validated and blockified in the JVM
 
 
 def test_jvm_kernels_cannot_be_resident(classification_data):
@@ -154,3 +164,32 @@ def test_jvm_kernels_are_bit_reproducible_across_partitions(spark, classificatio
     assert again.summary.objectiveHistory == first.summary.objectiveHistory
     assert first.summary.extra["engine"] == "jvm"
     many.unpersist()
+
+
+def test_concurrent_fits_never_wait_on_each_others_slots(spark, classification_data):
+    # Two resident stages that each got one of local[2]'s slots would wait for each
+    # other forever; one resident stage runs at a time, auto falls back to jobs.
+    df, *_ = classification_data
+    params = dict(weightCol="weight", regParam=0.01, workerTimeout=60, **LOOPBACK)
+    reference = SGDLogisticRegression(**params).fit(df)
+    models, errors = {}, []
+
+    def fit(name, **extra):
+        try:
+            models[name] = SGDLogisticRegression(**params, **extra).fit(df)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=fit, args=(f"auto{i}",)) for i in range(2)]
+    threads += [threading.Thread(target=fit, args=(f"resident{i}",),
+                                 kwargs=dict(executionStrategy="resident")) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert errors == [] and len(models) == 4
+    for model in models.values():
+        np.testing.assert_allclose(coefficients(model), coefficients(reference), rtol=1e-9)
+    assert {models[f"resident{i}"].summary.extra["executionStrategy"] for i in range(2)} == \
+        {"resident"}
+    no_resident_leftovers(spark)

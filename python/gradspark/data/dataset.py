@@ -77,15 +77,7 @@ class TrainingData:
         except BaseException:
             self.release()
             raise
-        if stats is None or stats.count == 0:
-            self.release()
-            raise InvalidDataError("the training DataFrame is empty")
-        if stats.weight_sum <= 0:
-            self.release()
-            raise InvalidDataError(
-                f"the weights in column {weight_col!r} sum to zero; nothing to train on"
-            )
-        self.statistics: DataStatistics = stats
+        self.statistics: DataStatistics = trainable(stats, weight_col, self.release)
         logger.info(
             "cached %d rows x %d features in %d partitions (weight sum %g)",
             stats.count, self.num_features, self.blocks.getNumPartitions(), stats.weight_sum,
@@ -104,6 +96,21 @@ class TrainingData:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def trainable(stats: Optional[DataStatistics], weight_col: Optional[str],
+              release) -> DataStatistics:
+    """The pass's statistics, or (after ``release()``) the error saying why nothing can be
+    trained: no rows, or weights that sum to zero."""
+    if stats is None or stats.count == 0:
+        release()
+        raise InvalidDataError("the training DataFrame is empty")
+    if stats.weight_sum <= 0:
+        release()
+        raise InvalidDataError(
+            f"the weights in column {weight_col!r} sum to zero; nothing to train on"
+        )
+    return stats
 
 
 def _num_features(df: DataFrame, features_col: str) -> int:

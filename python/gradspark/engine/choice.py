@@ -14,8 +14,14 @@ Three ways to compute a step's gradient sums, measured in
   when the kernels jar is not available).
 
 ``auto`` takes ``resident`` unless a worker would hold more than
-:data:`RESIDENT_BYTES_PER_WORKER` of blocks, then the JVM kernels (or numpy
-when they cannot be loaded). When the kernels jar loads, every strategy
+:data:`RESIDENT_BYTES_PER_WORKER` of blocks (the size Spark reports for the
+cached blocks), or the optimizer is L-BFGS, the JVM kernels are loaded and a
+worker would hold more than :data:`LBFGS_RESIDENT_BYTES_PER_WORKER` (its tens
+of passes do not repay loading the workers: ``benchmarks/engine.py``),
+or another fit of the session
+holds resident workers (one resident stage at a time per SparkContext: two
+that each got part of the task slots would wait on each other), then the JVM
+kernels (or numpy when they cannot be loaded). When the kernels jar loads, every strategy
 reads its blocks from the JVM's one-pass blockify and validation; otherwise
 from the Python one.
 """
@@ -29,6 +35,10 @@ logger = logging.getLogger(__name__)
 
 # Above this, auto does not keep blocks resident in Python workers.
 RESIDENT_BYTES_PER_WORKER = 2 << 30
+# L-BFGS makes a few tens of passes. Loading a resident worker costs about 25 s
+# per GB of its blocks here, a job per step about 0.05 s more than a message round
+# (benchmarks/engine.py): below this size per worker, ~20 passes repay the load.
+LBFGS_RESIDENT_BYTES_PER_WORKER = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -62,20 +72,40 @@ def data_path(spark, engine: str, strategy: str, mode: str) -> bool:
     return jvm_kernels_available(spark)
 
 
+def cached_bytes(sc, rdd_id: int) -> float:
+    """Memory + disk size of a cached RDD, from Spark's storage info (no extra job)."""
+    for info in sc._jsc.sc().getRDDStorageInfo():
+        if info.id() == rdd_id:
+            return float(info.memSize() + info.diskSize())
+    return 0.0
+
+
 def choose(engine: str, strategy: str, mode: str, jvm_data: bool, bytes_per_worker: float,
-           ) -> EngineChoice:
-    """Resolve ``auto`` once the data pass has told us the size of the blocks."""
+           resident_busy: bool = False, optimizer: str = "lbfgs") -> EngineChoice:
+    """Resolve ``auto`` once the data pass has told us the size of the blocks.
+
+    ``resident_busy``: another fit of the session holds resident workers (e.g.
+    ``CrossValidator(parallelism=...)``); auto then runs jobs instead of waiting.
+    """
     if mode == "async":
         return EngineChoice("python", "async", "async mode: resident Python workers")
     if strategy == "auto":
         if engine == "jvm":
             strategy, why = "jobPerStep", "engine='jvm' runs one job per step"
-        elif bytes_per_worker <= RESIDENT_BYTES_PER_WORKER:
-            strategy, why = "resident", (f"{bytes_per_worker / 2**20:.0f} MiB of blocks per "
-                                         "worker fit in the resident workers")
-        else:
+        elif resident_busy:
+            strategy, why = "jobPerStep", ("another fit of this session holds the resident "
+                                           "workers")
+        elif bytes_per_worker > RESIDENT_BYTES_PER_WORKER:
             strategy, why = "jobPerStep", (f"{bytes_per_worker / 2**30:.1f} GiB of blocks per "
                                            "worker: too much to keep resident")
+        elif (optimizer == "lbfgs" and jvm_data and engine == "auto"
+              and bytes_per_worker > LBFGS_RESIDENT_BYTES_PER_WORKER):
+            strategy, why = "jobPerStep", (f"L-BFGS makes tens of passes: loading "
+                                           f"{bytes_per_worker / 2**20:.0f} MiB per resident "
+                                           "worker would cost more than it saves")
+        else:
+            strategy, why = "resident", (f"{bytes_per_worker / 2**20:.0f} MiB of blocks per "
+                                         "worker fit in the resident workers")
     else:
         why = f"executionStrategy={strategy!r}"
     if strategy == "resident" or engine == "python" or not jvm_data:

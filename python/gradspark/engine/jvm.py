@@ -27,9 +27,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from gradspark.data.blocks import BINARY, CLASS_INDEX, Block
-from gradspark.data.dataset import _num_features
+from gradspark.data.dataset import _num_features, trainable
 from gradspark.data.statistics import DataStatistics, Moments
-from gradspark.data.validation import InvalidDataError, check_schema, raising_data_errors
+from gradspark.data.validation import check_schema, raising_data_errors
 from gradspark.engine.sums import GradientSums
 from gradspark.losses import Loss
 
@@ -183,16 +183,9 @@ class JvmTrainingData:
         except BaseException:
             self.release()
             raise
-        stats = _statistics(flat, self.num_features)
-        if stats is None or stats.count == 0:
-            self.release()
-            raise InvalidDataError("the training DataFrame is empty")
-        if stats.weight_sum <= 0:
-            self.release()
-            raise InvalidDataError(
-                f"the weights in column {weight_col!r} sum to zero; nothing to train on"
-            )
-        self.statistics: DataStatistics = stats
+        self.statistics: DataStatistics = trainable(_statistics(flat, self.num_features),
+                                                    weight_col, self.release)
+        stats = self.statistics
         logger.info(
             "cached %d rows x %d features in %d partitions in the JVM (weight sum %g)",
             stats.count, self.num_features, self.blocks.numPartitions(), stats.weight_sum,

@@ -43,7 +43,9 @@ from gradspark.faults import fault_plan
 from gradspark.losses import Loss
 from gradspark.params import TOPOLOGIES
 from gradspark.ps import ParameterClient, ParameterServer
-from gradspark.ps.tasks import by_partition, resident_task, worker_partitions
+from gradspark.ps.tasks import (
+    by_partition, resident_stage_lock, resident_task, worker_partitions,
+)
 from gradspark.trainer.barrier import require_task_slots
 
 logger = logging.getLogger(__name__)
@@ -327,6 +329,7 @@ class ResidentGradientEngine:
         self.rounds: Optional[GradientRounds] = None
         self.server: Optional[ParameterServer] = None
         self._job: Optional[threading.Thread] = None
+        self._holds_lock = False
         self.job_group = f"gradspark-resident-{id(self):x}"
 
     def __enter__(self) -> "ResidentGradientEngine":
@@ -346,8 +349,17 @@ class ResidentGradientEngine:
                 "rounds": self.rounds.round, "reconnects": self.rounds.reconnects}
 
     def start(self) -> None:
-        """Start the server and the workers' stage (in a thread: its job runs for the fit)."""
+        """Start the server and the workers' stage (in a thread: its job runs for the fit).
+
+        Waits while another fit of this SparkContext has resident workers (see
+        :func:`resident_stage_lock`); ``auto`` does not choose this strategy then.
+        """
         sc = self.blocks.context
+        self._stage_lock = resident_stage_lock(sc)
+        if not self._stage_lock.acquire(blocking=False):
+            logger.info("resident: waiting for another fit's resident workers to finish")
+            self._stage_lock.acquire()
+        self._holds_lock = True
         tree = self.topology == "tree"
         workers = worker_partitions(self.blocks, "resident", barrier=tree)
         num_workers = workers.getNumPartitions()
@@ -411,12 +423,17 @@ class ResidentGradientEngine:
         return sums if sums.count > 0 else None
 
     def close(self) -> None:
-        if self.rounds is not None:
-            self.rounds.stop()
-        if self._job is not None:
-            self._job.join(timeout=30)
-            if self._job.is_alive():
-                self.blocks.context.cancelJobGroup(self.job_group)
+        try:
+            if self.rounds is not None:
+                self.rounds.stop()
+            if self._job is not None:
                 self._job.join(timeout=30)
-        if self.server is not None:
-            self.server.close()
+                if self._job.is_alive():
+                    self.blocks.context.cancelJobGroup(self.job_group)
+                    self._job.join(timeout=30)
+            if self.server is not None:
+                self.server.close()
+        finally:
+            if self._holds_lock:
+                self._holds_lock = False
+                self._stage_lock.release()

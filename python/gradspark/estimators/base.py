@@ -36,8 +36,9 @@ from gradspark.checkpoints import CheckpointStore, TrainingCheckpoints, data_fin
 from gradspark.data.dataset import TrainingData
 from gradspark.data.statistics import DataStatistics
 from gradspark.engine import PythonGradientEngine
-from gradspark.engine.choice import EngineChoice, choose, data_path
+from gradspark.engine.choice import EngineChoice, cached_bytes, choose, data_path
 from gradspark.engine.resident import ResidentGradientEngine
+from gradspark.ps.tasks import resident_stage_running
 from gradspark.losses import Loss
 from gradspark.params import SGDParams, validate_sgd_params
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
@@ -233,10 +234,11 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
         return model
 
     def _choose_engine(self, sc, data, jvm_data: bool) -> EngineChoice:
-        workers = min(python_partitions(data, jvm_data), max(int(sc.defaultParallelism), 1))
-        bytes_per_worker = 8.0 * data.statistics.count * data.num_features / max(workers, 1)
+        workers = min(data_partitions(data, jvm_data), max(int(sc.defaultParallelism), 1))
+        bytes_per_worker = cached_bytes(sc, data_rdd_id(data, jvm_data)) / max(workers, 1)
         choice = choose(self.getEngine(), self.getExecutionStrategy(), self.getMode(),
-                        jvm_data, bytes_per_worker)
+                        jvm_data, bytes_per_worker, resident_stage_running(sc),
+                        self.getOptimizer())
         logger.info("%s: %s kernels, %s (%s; blockified in the %s)", type(self).__name__,
                     choice.kernels, choice.strategy, choice.reason,
                     "JVM" if jvm_data else "Python workers")
@@ -275,8 +277,13 @@ def python_blocks(data, jvm_data: bool):
     return data.python_blocks() if jvm_data else data.blocks
 
 
-def python_partitions(data, jvm_data: bool) -> int:
-    return python_blocks(data, jvm_data).getNumPartitions()
+def data_partitions(data, jvm_data: bool) -> int:
+    return data.blocks.numPartitions() if jvm_data else data.blocks.getNumPartitions()
+
+
+def data_rdd_id(data, jvm_data: bool) -> int:
+    """Id of the RDD holding the cached training blocks (JVM or Python)."""
+    return data.blocks.rdd().id() if jvm_data else data.blocks.id()
 
 
 class _LinearModel(Model, SGDParams, MLReadable, MLWritable):

@@ -12,6 +12,7 @@ depend on how partitions were grouped into workers.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable, Dict, Iterable, Iterator, List, Tuple
 
 from pyspark import RDD
@@ -20,6 +21,23 @@ from gradspark.data.blocks import Block
 from gradspark.ps.client import ParameterClient
 
 logger = logging.getLogger(__name__)
+
+
+# One stage of long-running workers (resident or async) per SparkContext at a time:
+# two that each got some of the task slots would wait for each other's slots forever
+# (until workerTimeout).
+_stage_locks: Dict[int, threading.Lock] = {}
+_stage_locks_guard = threading.Lock()
+
+
+def resident_stage_lock(sc) -> threading.Lock:
+    with _stage_locks_guard:
+        return _stage_locks.setdefault(id(sc), threading.Lock())
+
+
+def resident_stage_running(sc) -> bool:
+    """Whether another fit of this SparkContext holds resident workers now."""
+    return resident_stage_lock(sc).locked()
 
 
 def worker_partitions(blocks: RDD, purpose: str, barrier: bool = False) -> RDD:

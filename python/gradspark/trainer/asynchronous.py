@@ -42,7 +42,7 @@ from gradspark.engine.sums import GradientSums, add_sums
 from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
 from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
-from gradspark.ps.tasks import resident_task, worker_partitions
+from gradspark.ps.tasks import resident_stage_lock, resident_task, worker_partitions
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.progress import Progress
 from gradspark.trainer.sync import (
@@ -319,14 +319,16 @@ def train_async(
     try:
         if not training.stopped:
             host = config.host or sc.getConf().get("spark.driver.host", "127.0.0.1")
-            server = ParameterServer(training, host, num_workers)
-            try:
-                run = worker_task(server.address, server.secret, objective, config.max_iter)
-                reports = workers.mapPartitionsWithIndex(run).collect()
-                logger.info("async: %d workers finished (%s)", len(reports), reports)
-            finally:
-                training.stop()
-                server.close()
+            with resident_stage_lock(sc):  # one stage of long-running workers at a time
+                server = ParameterServer(training, host, num_workers)
+                try:
+                    run = worker_task(server.address, server.secret, objective,
+                                      config.max_iter)
+                    reports = workers.mapPartitionsWithIndex(run).collect()
+                    logger.info("async: %d workers finished (%s)", len(reports), reports)
+                finally:
+                    training.stop()
+                    server.close()
     finally:
         progress.close()
     result = training.result(server)
