@@ -191,6 +191,16 @@ class JvmTrainingData:
             stats.count, self.num_features, self.blocks.numPartitions(), stats.weight_sum,
         )
 
+    def block_frame(self):
+        """The cached blocks as a DataFrame of ``(partition, block)``: ``partition`` is the
+        blocks' partition index, ``block`` the encoding :func:`decode_block` reads.
+        Resident and async workers read it as Arrow batches, once per fit."""
+        from pyspark.sql import DataFrame
+        from pyspark.sql import functions as F
+
+        frame = DataFrame(self.blocks.binaryFrame(), self.spark)
+        return frame.select(F.spark_partition_id().alias("partition"), "block")
+
     def python_blocks(self):
         """The cached blocks as a pyspark RDD of :class:`Block` (read once, not per step)."""
         from pyspark.sql import DataFrame

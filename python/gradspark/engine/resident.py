@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-from pyspark import RDD
 
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, add_sums
@@ -43,9 +42,7 @@ from gradspark.faults import fault_plan
 from gradspark.losses import Loss
 from gradspark.params import TOPOLOGIES
 from gradspark.ps import ParameterClient, ParameterServer
-from gradspark.ps.tasks import (
-    by_partition, resident_stage_lock, resident_task, worker_partitions,
-)
+from gradspark.ps.tasks import RddBlocks, by_partition, resident_stage_lock, resident_task
 from gradspark.trainer.barrier import require_task_slots
 
 logger = logging.getLogger(__name__)
@@ -309,13 +306,14 @@ class ResidentGradientEngine:
 
     strategy = "resident"
 
-    def __init__(self, blocks: RDD, loss: Loss, num_features: int, num_outputs: int,
+    def __init__(self, blocks, loss: Loss, num_features: int, num_outputs: int,
                  mini_batch_fraction: float = 1.0, seed: int = 0, host: str = "",
                  timeout: float = 300.0, topology: str = "star",
                  aggregation_depth: int = 2) -> None:
         if topology not in TOPOLOGIES:
             raise ValueError(f"topology must be one of {list(TOPOLOGIES)}, got {topology!r}")
-        self.blocks = blocks
+        # An RDD of Blocks, or a source from gradspark.ps.tasks (RddBlocks, FrameBlocks).
+        self.source = blocks if hasattr(blocks, "run") else RddBlocks(blocks)
         self.loss = loss
         self.num_features = num_features
         self.num_outputs = num_outputs
@@ -354,15 +352,14 @@ class ResidentGradientEngine:
         Waits while another fit of this SparkContext has resident workers (see
         :func:`resident_stage_lock`); ``auto`` does not choose this strategy then.
         """
-        sc = self.blocks.context
+        sc = self.source.context
         self._stage_lock = resident_stage_lock(sc)
         if not self._stage_lock.acquire(blocking=False):
             logger.info("resident: waiting for another fit's resident workers to finish")
             self._stage_lock.acquire()
         self._holds_lock = True
         tree = self.topology == "tree"
-        workers = worker_partitions(self.blocks, "resident", barrier=tree)
-        num_workers = workers.getNumPartitions()
+        num_workers = self.source.num_workers()
         d, k = self.num_features, self.num_outputs
         vector_size = d * k + k + self.loss.num_aux
         if tree:
@@ -377,21 +374,18 @@ class ResidentGradientEngine:
         if tree:
             task = tree_task(self.server.address, self.server.secret, self.tree,
                              host.startswith("127."), loop_args, faults, self.timeout)
-            # A barrier *map* stage (it feeds a shuffle) is retried as a whole by Spark;
-            # a failed barrier result stage would not be.
-            stage = workers.barrier().mapPartitionsWithIndex(task).coalesce(1, shuffle=True)
         else:
             def loop(client, groups, attempt):
                 return serve_rounds(client, groups, *loop_args, faults=faults)
 
-            stage = workers.mapPartitionsWithIndex(
-                resident_task(self.server.address, self.server.secret, loop))
+            task = resident_task(self.server.address, self.server.secret, loop)
+        source = self.source
         job_group = self.job_group
 
         def run_stage() -> None:
             try:
                 sc.setJobGroup(job_group, "gradspark resident workers", True)
-                reports = stage.collect()
+                reports = source.run(task, "resident", barrier=tree)
                 logger.info("resident: %d workers finished (%s)", len(reports), reports)
                 rounds.stop()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's request
@@ -429,7 +423,7 @@ class ResidentGradientEngine:
             if self._job is not None:
                 self._job.join(timeout=30)
                 if self._job.is_alive():
-                    self.blocks.context.cancelJobGroup(self.job_group)
+                    self.source.context.cancelJobGroup(self.job_group)
                     self._job.join(timeout=30)
             if self.server is not None:
                 self.server.close()

@@ -38,7 +38,7 @@ from gradspark.data.statistics import DataStatistics
 from gradspark.engine import PythonGradientEngine
 from gradspark.engine.choice import EngineChoice, cached_bytes, choose, data_path
 from gradspark.engine.resident import ResidentGradientEngine
-from gradspark.ps.tasks import resident_stage_running
+from gradspark.ps.tasks import FrameBlocks, RddBlocks, resident_stage_running
 from gradspark.losses import Loss
 from gradspark.params import SGDParams, validate_sgd_params
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
@@ -210,7 +210,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             checkpoints = self._checkpoints(dataset, stats, weight_col)
             theta0 = objective.initial(problem.initial_intercepts)
             if isinstance(config, AsyncConfig):
-                result = train_async(objective, theta0, config, python_blocks(data, jvm_data),
+                result = train_async(objective, theta0, config, block_source(data, jvm_data),
                                      checkpoints)
             else:
                 result = train_sync(objective, theta0, config, checkpoints)
@@ -252,13 +252,13 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             from gradspark.engine.jvm import JvmGradientEngine
 
             return JvmGradientEngine(data, problem.loss, depth)
-        blocks = python_blocks(data, jvm_data)
         if choice.strategy == "resident":
             engine = ResidentGradientEngine(
-                blocks, problem.loss, data.num_features, problem.num_outputs,
+                block_source(data, jvm_data), problem.loss, data.num_features, problem.num_outputs,
                 self.getMiniBatchFraction(), self.getSeed(), self.getParameterServerHost(),
                 self.getWorkerTimeout(), self.getAggregationTopology(), depth)
             return cleanup.enter_context(engine)
+        blocks = data.python_blocks() if jvm_data else data.blocks
         if jvm_data and choice.strategy == "jobPerStep":
             # numpy reads the blocks every step: cache the Python copy, drop it afterwards.
             blocks.persist(StorageLevel.MEMORY_AND_DISK).setName("gradspark python blocks")
@@ -272,9 +272,14 @@ def jvm_training_data():
     return JvmTrainingData
 
 
-def python_blocks(data, jvm_data: bool):
-    """The training blocks as a Python RDD of :class:`~gradspark.data.blocks.Block`."""
-    return data.python_blocks() if jvm_data else data.blocks
+def block_source(data, jvm_data: bool):
+    """Where long-running workers read their blocks: Arrow batches of the JVM's blocks,
+    or the Python-cached blocks."""
+    if jvm_data:
+        from gradspark.engine.jvm import decode_block
+
+        return FrameBlocks(data.block_frame(), decode_block)
+    return RddBlocks(data.blocks)
 
 
 def data_partitions(data, jvm_data: bool) -> int:

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import numpy as np
-from pyspark import RDD
 
 from gradspark.checkpoints import TrainingCheckpoints
 from gradspark.data.blocks import Block
@@ -42,7 +41,7 @@ from gradspark.engine.sums import GradientSums, add_sums
 from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
 from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
-from gradspark.ps.tasks import resident_stage_lock, resident_task, worker_partitions
+from gradspark.ps.tasks import RddBlocks, resident_stage_lock, resident_task
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.progress import Progress
 from gradspark.trainer.sync import (
@@ -302,15 +301,18 @@ def train_async(
     objective: LinearObjective,
     theta0: np.ndarray,
     config: AsyncConfig,
-    blocks: RDD,
+    blocks,
     checkpoints: Optional[TrainingCheckpoints] = None,
 ) -> TrainingResult:
-    """Train with a parameter server in this (driver) process; see the module docs."""
+    """Train with a parameter server in this (driver) process; see the module docs.
+
+    ``blocks``: an RDD of Blocks, or a source from :mod:`gradspark.ps.tasks`.
+    """
     if config.optimizer == "lbfgs":
         raise ValueError("mode='async' needs a first-order optimizer: 'sgd', 'adagrad' or 'adam'")
-    sc = blocks.context
-    workers = worker_partitions(blocks, "async")
-    num_workers = workers.getNumPartitions()
+    source = blocks if hasattr(blocks, "run") else RddBlocks(blocks)
+    sc = source.context
+    num_workers = source.num_workers()
     resumed = checkpoints.resume_state() if checkpoints else None
     progress = Progress(config.max_iter, config.label)
     training = AsyncTraining(objective, theta0, config, num_workers, checkpoints, resumed,
@@ -324,7 +326,7 @@ def train_async(
                 try:
                     run = worker_task(server.address, server.secret, objective,
                                       config.max_iter)
-                    reports = workers.mapPartitionsWithIndex(run).collect()
+                    reports = source.run(run, "async")
                     logger.info("async: %d workers finished (%s)", len(reports), reports)
                 finally:
                     training.stop()
