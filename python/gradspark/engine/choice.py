@@ -35,9 +35,9 @@ logger = logging.getLogger(__name__)
 
 # Above this, auto does not keep blocks resident in Python workers.
 RESIDENT_BYTES_PER_WORKER = 2 << 30
-# L-BFGS makes a few tens of passes. Loading a resident worker costs about 25 s
-# per GB of its blocks here, a job per step about 0.05 s more than a message round
-# (benchmarks/engine.py): below this size per worker, ~20 passes repay the load.
+# L-BFGS makes a few tens of passes. Loading a resident worker costs about 3 s per
+# GB of its blocks here, and on big dense blocks a resident step costs what a JVM
+# job does (benchmarks/engine.py): above this size per worker it does not pay.
 LBFGS_RESIDENT_BYTES_PER_WORKER = 64 << 20
 
 
