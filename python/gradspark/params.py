@@ -163,9 +163,9 @@ class HasEngine(Params):
         Params._dummy(),
         "aggregationTopology",
         "resident strategy: 'star' (every worker answers the driver) or 'tree' (workers "
-        "combine their sums in a fan-in tree of aggregationDepth levels, so the driver "
-        "exchanges one message per step; a barrier stage). jobPerStep always uses "
-        "treeAggregate",
+        "combine their sums in a tree of fan-in ceil(workers ** (1 / aggregationDepth)), "
+        "as treeAggregate, so the driver exchanges one message per step; a barrier "
+        "stage). jobPerStep always uses treeAggregate",
         typeConverter=_one_of("aggregationTopology", TOPOLOGIES),
     )
 

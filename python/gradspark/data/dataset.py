@@ -83,6 +83,23 @@ class TrainingData:
             stats.count, self.num_features, self.blocks.getNumPartitions(), stats.weight_sum,
         )
 
+    # The interface JvmTrainingData shares: what the estimators and engines read.
+    def python_blocks(self) -> RDD:
+        return self.blocks
+
+    def block_source(self):
+        from gradspark.ps.tasks import RddBlocks
+
+        return RddBlocks(self.blocks)
+
+    @property
+    def num_partitions(self) -> int:
+        return self.blocks.getNumPartitions()
+
+    @property
+    def cached_rdd_id(self) -> int:
+        return self.blocks.id()
+
     def release(self) -> None:
         self.blocks.unpersist(blocking=False)
         checkpoint_file = self.blocks.getCheckpointFile()

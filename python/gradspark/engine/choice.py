@@ -35,8 +35,8 @@ logger = logging.getLogger(__name__)
 
 # Above this, auto does not keep blocks resident in Python workers.
 RESIDENT_BYTES_PER_WORKER = 2 << 30
-# L-BFGS makes a few tens of passes. Loading a resident worker costs about 3 s per
-# GB of its blocks here, and on big dense blocks a resident step costs what a JVM
+# L-BFGS makes a few tens of passes. Loading a resident worker costs about 1 s per
+# 200 MB of its blocks here, and on big dense blocks a resident step costs what a JVM
 # job does (benchmarks/engine.py): above this size per worker it does not pay.
 LBFGS_RESIDENT_BYTES_PER_WORKER = 64 << 20
 

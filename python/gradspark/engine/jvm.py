@@ -25,6 +25,7 @@ from typing import Optional
 
 import numpy as np
 import scipy.sparse as sp
+from pyspark import StorageLevel
 
 from gradspark.data.blocks import BINARY, CLASS_INDEX, Block
 from gradspark.data.dataset import _num_features, trainable
@@ -165,6 +166,7 @@ class JvmTrainingData:
         check_schema(df, features_col, label_col, weight_col)
         self.num_features = _num_features(df, features_col)
         self.spark = df.sparkSession
+        self._python_blocks = None
         self.label_domain = label_domain
         self.aggregation_depth = aggregation_depth
         entry = load_kernels(self.spark)
@@ -202,13 +204,34 @@ class JvmTrainingData:
         return frame.select(F.spark_partition_id().alias("partition"), "block")
 
     def python_blocks(self):
-        """The cached blocks as a pyspark RDD of :class:`Block` (read once, not per step)."""
-        from pyspark.sql import DataFrame
+        """The cached blocks as a pyspark RDD of :class:`Block`, for numpy job-per-step
+        passes: decoded once, cached, and unpersisted by :meth:`release`."""
+        if self._python_blocks is None:
+            from pyspark.sql import DataFrame
 
-        frame = DataFrame(self.blocks.binaryFrame(), self.spark)
-        return frame.rdd.map(lambda row: decode_block(row[0]))
+            frame = DataFrame(self.blocks.binaryFrame(), self.spark)
+            self._python_blocks = frame.rdd.map(lambda row: decode_block(row[0]))
+            self._python_blocks.persist(StorageLevel.MEMORY_AND_DISK)
+            self._python_blocks.setName("gradspark python copy of the JVM blocks")
+        return self._python_blocks
+
+    def block_source(self):
+        """Where long-running workers read the blocks: Arrow batches of :meth:`block_frame`."""
+        from gradspark.ps.tasks import FrameBlocks
+
+        return FrameBlocks(self.block_frame(), decode_block)
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.blocks.numPartitions())
+
+    @property
+    def cached_rdd_id(self) -> int:
+        return int(self.blocks.rdd().id())
 
     def release(self) -> None:
+        if self._python_blocks is not None:
+            self._python_blocks.unpersist(blocking=False)
         self.blocks.release()
 
     def __enter__(self) -> "JvmTrainingData":

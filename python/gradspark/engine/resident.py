@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from gradspark.engine.python import grouped_sums
-from gradspark.engine.sums import GradientSums, add_sums
+from gradspark.engine.sums import GradientSums, add_sums, split_map
 from gradspark.faults import fault_plan
 from gradspark.losses import Loss
 from gradspark.params import TOPOLOGIES
@@ -210,15 +210,13 @@ class Tree:
 def worker_sums(request, groups, loss: Loss, num_features: int, num_outputs: int,
                 fraction: float, seed: int, attempt: int, faults) -> GradientSums:
     """This worker's own sums for a pulled round (see the module docs for the encoding)."""
-    d, k = num_features, num_outputs
     step, sampled = divmod(request.version, 2)
     if faults is not None:
         for partition in groups:
             faults.before_batch(partition, step, attempt)
-    coef = request.vector[: d * k].reshape(d, k)
-    offset, aux = request.vector[d * k: d * k + k], request.vector[d * k + k:]
-    return grouped_sums(groups, loss, coef, offset, aux, fraction if sampled else 1.0,
-                        seed, step) or GradientSums.zeros(d, k, loss.num_aux)
+    coef, offset, aux = split_map(request.vector, num_features, num_outputs)
+    return grouped_sums(groups, loss, coef, offset, aux, fraction if sampled else 1.0, seed,
+                        step) or GradientSums.zeros(num_features, num_outputs, loss.num_aux)
 
 
 def serve_rounds(client: ParameterClient, groups, loss: Loss, num_features: int,
@@ -282,6 +280,8 @@ def tree_task(driver_address, secret: bytes, tree: Tree, loopback: bool, loop_ar
                 answered = serve_rounds(client, groups, *loop_args, faults=faults,
                                         relay=relay, timeout=timeout)
         finally:
+            if relay is not None:
+                relay.stop()  # children waiting in a hello or a pull hear it (no-op if done)
             if server is not None:
                 server.close()
         yield worker, ctx.attemptNumber(), answered

@@ -41,14 +41,19 @@ class GradientSums(NamedTuple):
         cls, vector: np.ndarray, num_features: int, num_outputs: int,
         loss_sum: float, weight_sum: float, count: int,
     ) -> "GradientSums":
-        d, k = num_features, num_outputs
-        return cls(vector[: d * k].reshape(d, k), vector[d * k: d * k + k], vector[d * k + k:],
-                   loss_sum, weight_sum, count)
+        return cls(*split_map(vector, num_features, num_outputs), loss_sum, weight_sum, count)
 
     @classmethod
     def zeros(cls, num_features: int, num_outputs: int, num_aux: int) -> "GradientSums":
         return cls(np.zeros((num_features, num_outputs)), np.zeros(num_outputs),
                    np.zeros(num_aux), 0.0, 0.0, 0)
+
+
+def split_map(vector: np.ndarray, num_features: int, num_outputs: int):
+    """A flat ``(d x k row-major, k, aux)`` vector -- the wire form of both the linear map
+    ``(coef, offset, aux)`` and of the sums ``(xtg, gsum, d_aux)`` -- as its three parts."""
+    d, k = num_features, num_outputs
+    return vector[: d * k].reshape(d, k), vector[d * k: d * k + k], vector[d * k + k:]
 
 
 def add_sums(a: Optional[GradientSums], b: Optional[GradientSums]) -> Optional[GradientSums]:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import numpy as np
-from pyspark import StorageLevel
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import (
     DefaultParamsReadable,
@@ -38,7 +37,7 @@ from gradspark.data.statistics import DataStatistics
 from gradspark.engine import PythonGradientEngine
 from gradspark.engine.choice import EngineChoice, cached_bytes, choose, data_path
 from gradspark.engine.resident import ResidentGradientEngine
-from gradspark.ps.tasks import FrameBlocks, RddBlocks, resident_stage_running
+from gradspark.ps.tasks import resident_stage_running, task_slots
 from gradspark.losses import Loss
 from gradspark.params import SGDParams, validate_sgd_params
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
@@ -186,7 +185,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             problem = self._problem(stats)
             num_features = data.num_features
             choice = self._choose_engine(dataset.sparkSession.sparkContext, data, jvm_data)
-            engine = self._gradient_engine(cleanup, data, jvm_data, choice, problem)
+            engine = self._gradient_engine(cleanup, data, choice, problem)
             objective = LinearObjective(
                 engine=engine,
                 loss=problem.loss,
@@ -210,7 +209,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             checkpoints = self._checkpoints(dataset, stats, weight_col)
             theta0 = objective.initial(problem.initial_intercepts)
             if isinstance(config, AsyncConfig):
-                result = train_async(objective, theta0, config, block_source(data, jvm_data),
+                result = train_async(objective, theta0, config, data.block_source(),
                                      checkpoints)
             else:
                 result = train_sync(objective, theta0, config, checkpoints)
@@ -234,8 +233,8 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
         return model
 
     def _choose_engine(self, sc, data, jvm_data: bool) -> EngineChoice:
-        workers = min(data_partitions(data, jvm_data), max(int(sc.defaultParallelism), 1))
-        bytes_per_worker = cached_bytes(sc, data_rdd_id(data, jvm_data)) / max(workers, 1)
+        workers = min(data.num_partitions, task_slots(sc))
+        bytes_per_worker = cached_bytes(sc, data.cached_rdd_id) / workers
         choice = choose(self.getEngine(), self.getExecutionStrategy(), self.getMode(),
                         jvm_data, bytes_per_worker, resident_stage_running(sc),
                         self.getOptimizer())
@@ -244,9 +243,9 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
                     "JVM" if jvm_data else "Python workers")
         return choice
 
-    def _gradient_engine(self, cleanup: contextlib.ExitStack, data, jvm_data: bool,
-                         choice: EngineChoice, problem: LinearProblem):
-        """The engine the objective calls; ``cleanup`` stops/unpersists what it started."""
+    def _gradient_engine(self, cleanup: contextlib.ExitStack, data, choice: EngineChoice,
+                         problem: LinearProblem):
+        """The engine the objective calls; ``cleanup`` stops resident workers it started."""
         depth = self.getAggregationDepth()
         if choice.kernels == "jvm":
             from gradspark.engine.jvm import JvmGradientEngine
@@ -254,41 +253,17 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             return JvmGradientEngine(data, problem.loss, depth)
         if choice.strategy == "resident":
             engine = ResidentGradientEngine(
-                block_source(data, jvm_data), problem.loss, data.num_features, problem.num_outputs,
+                data.block_source(), problem.loss, data.num_features, problem.num_outputs,
                 self.getMiniBatchFraction(), self.getSeed(), self.getParameterServerHost(),
                 self.getWorkerTimeout(), self.getAggregationTopology(), depth)
             return cleanup.enter_context(engine)
-        blocks = data.python_blocks() if jvm_data else data.blocks
-        if jvm_data and choice.strategy == "jobPerStep":
-            # numpy reads the blocks every step: cache the Python copy, drop it afterwards.
-            blocks.persist(StorageLevel.MEMORY_AND_DISK).setName("gradspark python blocks")
-            cleanup.callback(blocks.unpersist, False)
-        return PythonGradientEngine(blocks, problem.loss, depth)
+        return PythonGradientEngine(data.python_blocks(), problem.loss, depth)
 
 
 def jvm_training_data():
     from gradspark.engine.jvm import JvmTrainingData  # loads nothing until a fit asks
 
     return JvmTrainingData
-
-
-def block_source(data, jvm_data: bool):
-    """Where long-running workers read their blocks: Arrow batches of the JVM's blocks,
-    or the Python-cached blocks."""
-    if jvm_data:
-        from gradspark.engine.jvm import decode_block
-
-        return FrameBlocks(data.block_frame(), decode_block)
-    return RddBlocks(data.blocks)
-
-
-def data_partitions(data, jvm_data: bool) -> int:
-    return data.blocks.numPartitions() if jvm_data else data.blocks.getNumPartitions()
-
-
-def data_rdd_id(data, jvm_data: bool) -> int:
-    """Id of the RDD holding the cached training blocks (JVM or Python)."""
-    return data.blocks.rdd().id() if jvm_data else data.blocks.id()
 
 
 class _LinearModel(Model, SGDParams, MLReadable, MLWritable):

@@ -37,7 +37,7 @@ import numpy as np
 from gradspark.checkpoints import TrainingCheckpoints
 from gradspark.data.blocks import Block
 from gradspark.engine.python import grouped_sums
-from gradspark.engine.sums import GradientSums, add_sums
+from gradspark.engine.sums import GradientSums, add_sums, split_map
 from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
 from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
@@ -250,12 +250,6 @@ class AsyncTraining:
         }
         return TrainingResult(self.theta, list(self.history), len(self.history),
                               self.converged, self.resumed_from, metrics)
-
-
-def split_map(vector: np.ndarray, num_features: int, num_outputs: int):
-    """Inverse of :meth:`LinearObjective.map_vector`: (coef d x k, offset k, aux)."""
-    d, k = num_features, num_outputs
-    return vector[: d * k].reshape(d, k), vector[d * k: d * k + k], vector[d * k + k:]
 
 
 def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
