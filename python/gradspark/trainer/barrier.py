@@ -12,7 +12,9 @@ otherwise wait for slots that never come). Executor side,
 * ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` are
   set too, for user code that reads them;
 * NCCL on the GPU Spark assigned to the task, gloo on the CPU;
-* ``destroy_process_group`` always runs, also on error.
+* ``destroy_process_group`` always runs, also on error, but the group object
+  itself is kept alive until the next group in this Python worker (see
+  :data:`_RETIRED_GROUPS`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, List
 
 #: Executors of a fresh cluster register over the first seconds; wait this long
 #: for enough of them before saying the cluster is too small.
@@ -59,6 +61,17 @@ def require_task_slots(sc, num_workers: int, use_gpu: bool,
             f"numWorkers={num_workers} needs {num_workers} concurrent barrier tasks, but the "
             f"cluster can run only {slots} {resource} at once; lower numWorkers or add "
             f"executors")
+
+
+#: Process groups of earlier tasks in this Python worker. Destroying a gloo group
+#: joins its worker threads while the caller holds the GIL; a thread that is
+#: still releasing its last collective's tensors needs the GIL for that, so the
+#: two wait on each other forever. It happened when a failing rank's DDP model was
+#: freed right after its last all-reduce: the rank never reported its error,
+#: Spark never retried the stage and the other rank waited in a collective. Kept
+#: here, a group is freed only when the next task in this worker starts a group
+#: (its threads long idle by then), or never, when a failed task's worker exits.
+_RETIRED_GROUPS: List[object] = []
 
 
 @dataclass(frozen=True)
@@ -115,8 +128,10 @@ def process_group(use_gpu: bool, timeout_seconds: float = 1800.0) -> Iterator[Pr
     os.environ.update(MASTER_ADDR=hosts[0], MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank))
     backend = "nccl" if use_gpu else "gloo"
+    _RETIRED_GROUPS.clear()
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=timeout)
+    _RETIRED_GROUPS.append(dist.group.WORLD)
     try:
         yield ProcessGroup(rank, world_size, local_rank, device, backend)
     finally:
