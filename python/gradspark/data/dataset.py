@@ -70,7 +70,7 @@ class TrainingData:
 
         track_classes = label_domain in (BINARY, CLASS_INDEX)
         try:
-            with raising_data_errors():
+            with raising_data_errors(features_col):
                 stats = self.blocks.map(
                     lambda block: block_statistics(block, track_classes)
                 ).treeAggregate(None, merge_statistics, merge_statistics, aggregation_depth)
@@ -131,7 +131,8 @@ def trainable(stats: Optional[DataStatistics], weight_col: Optional[str],
 
 
 def _num_features(df: DataFrame, features_col: str) -> int:
-    first = df.select(features_col).where(F.col(features_col).isNotNull()).first()
+    with raising_data_errors(features_col):
+        first = df.select(features_col).where(F.col(features_col).isNotNull()).first()
     if first is None:
         if df.limit(1).count() == 0:
             raise InvalidDataError("the training DataFrame is empty")

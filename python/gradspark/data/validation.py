@@ -19,6 +19,10 @@ from pyspark.sql.types import NumericType
 
 _MARK = "gradspark-data-error"
 _MESSAGE_RE = re.compile(_MARK + r"\[(.*?)\]" + _MARK, re.DOTALL)
+# Spark's own checks (JVM, then Python) of a sparse vector written by other tools
+# (files, SQL): they fail before our blockify sees the row.
+_SPARSE_INDEX_RE = re.compile(r"Index (-?\d+) (?:out of bounds for vector of size |"
+                              r"is out of the size of vector with size=)(\d+)")
 
 
 class InvalidDataError(ValueError):
@@ -34,17 +38,24 @@ class InvalidDataError(ValueError):
 
 
 @contextlib.contextmanager
-def raising_data_errors() -> Iterator[None]:
-    """Re-raise an executor-side InvalidDataError as InvalidDataError here."""
+def raising_data_errors(features_col: str) -> Iterator[None]:
+    """Re-raise an executor-side InvalidDataError as InvalidDataError here, and
+    Spark's refusal of a malformed sparse vector as one naming the column."""
     try:
         yield
     except InvalidDataError:
         raise
     except Exception as exc:  # Py4JJavaError, PythonException, ...
-        found = _MESSAGE_RE.search(str(exc))
-        if found is None:
-            raise
-        raise InvalidDataError(found.group(1)) from None
+        text = str(exc)
+        found = _MESSAGE_RE.search(text)
+        if found is not None:
+            raise InvalidDataError(found.group(1)) from None
+        index = _SPARSE_INDEX_RE.search(text)
+        if index is not None:
+            raise InvalidDataError(
+                f"features column {features_col!r} has a sparse vector with index "
+                f"{index.group(1)} out of range for its size {index.group(2)}") from None
+        raise
 
 
 def check_schema(

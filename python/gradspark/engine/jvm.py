@@ -180,7 +180,7 @@ class JvmTrainingData:
         )
         track_classes = label_domain in (BINARY, CLASS_INDEX)
         try:
-            with raising_data_errors():
+            with raising_data_errors(features_col):
                 flat = _from_bytes(self.blocks.statistics(track_classes, int(aggregation_depth)))
         except BaseException:
             self.release()
