@@ -74,3 +74,13 @@ def test_resident_tree_of_depth_three_survives_a_failed_node():
     # The failed barrier stage is rerun as a whole and the fit is unchanged.
     assert result["reconnects"] >= 1
     np.testing.assert_array_equal(result["retried"], result["tree"])
+
+
+@pytest.mark.parametrize("engine", ["python", "jvm"])
+def test_training_data_larger_than_storage_memory_spills_and_trains(engine):
+    result = run_job("memory_pressure_job.py", engine)
+    assert result["engine"] == engine
+    # The blocks did not fit in the executors' storage memory: part went to disk.
+    assert result["disk_bytes"] > 0
+    # And the model is MLlib's (the driver collected nothing: maxResultSize=4m).
+    np.testing.assert_allclose(result["ours"], result["ref"], rtol=1e-4, atol=1e-5)
