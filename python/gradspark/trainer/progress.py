@@ -9,9 +9,18 @@ from typing import IO, Optional
 
 logger = logging.getLogger("gradspark.trainer")
 
+#: Steps in a row the loss may rise, above where it started, before the step size
+#: is called too large. Mini-batch noise near the optimum stays below the start.
+RISING_STEPS = 10
+
 
 class Progress:
-    """Logs every step's loss at INFO; draws a bar on stderr only if it is a TTY."""
+    """Logs every step's loss at INFO; draws a bar on stderr only if it is a TTY.
+
+    Warns once when the loss has risen in each of :data:`RISING_STEPS` steps and is
+    above the first step's: the mark of a step size that is too large but has not
+    (yet) overflowed. An overflow is an error (``FloatingPointError``) elsewhere.
+    """
 
     def __init__(self, total: int, label: str, stream: Optional[IO[str]] = None) -> None:
         self.total = max(total, 1)
@@ -19,9 +28,14 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
         self.started = time.monotonic()
+        self.first: Optional[float] = None
+        self.last: Optional[float] = None
+        self.rising = 0
+        self.warned = False
 
     def update(self, step: int, loss: float) -> None:
         logger.info("%s step %d/%d loss %.10g", self.label, step, self.total, loss)
+        self._watch(step, loss)
         if self.interactive:
             done = min(step, self.total)
             filled = int(30 * done / self.total)
@@ -31,6 +45,17 @@ class Progress:
                 f"{done}/{self.total} loss={loss:.6g} {elapsed:.1f}s"
             )
             self.stream.flush()
+
+    def _watch(self, step: int, loss: float) -> None:
+        self.first = loss if self.first is None else self.first
+        self.rising = self.rising + 1 if self.last is not None and loss > self.last else 0
+        self.last = loss
+        if self.rising >= RISING_STEPS and loss > self.first and not self.warned:
+            self.warned = True
+            logger.warning(
+                "%s: the training loss rose in each of the last %d steps, to %.6g from %.6g "
+                "at the start (step %d); the step size is too large: lower stepSize, or use "
+                "optimizer='lbfgs'", self.label, self.rising, loss, self.first, step)
 
     def close(self) -> None:
         if self.interactive:
