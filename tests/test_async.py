@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import gradspark_cached_rdds
+from ps_fuzz import fuzz
 from gradspark import SGDLinearRegression, SGDLogisticRegression
 from gradspark.faults import ENVIRONMENT_VARIABLE
 from gradspark.ps import ParameterClient, running_servers
@@ -168,3 +169,33 @@ def test_async_resumes_from_its_checkpoints(classification_data, tmp_path):
     assert history[:20] == first.summary.objectiveHistory
     # The objective (with its L2 term) keeps falling after the resume.
     assert history[-1] < history[19]
+
+
+def test_a_fit_under_fuzzing_gives_the_undisturbed_result(classification_data, monkeypatch):
+    # Four fuzzers throw random bytes, plausible headers and tampered authenticated
+    # frames at the fit's server for as long as it runs; the weights must not move.
+    df, *_ = classification_data
+    params = dict(ADAM, maxIter=40, mode="async", maxStaleness=0, **LOOPBACK)
+    reference = SGDLogisticRegression(**params).fit(df)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, json.dumps({"slow_partition": 0,
+                                                         "slow_seconds": 0.05}))
+    sent: list = []
+
+    def attack(seed: int) -> None:
+        deadline = time.monotonic() + 60
+        while not running_servers() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if running_servers():
+            fuzz(running_servers()[0], 30.0, seed, sent)  # stops when the server closes
+
+    fuzzers = [threading.Thread(target=attack, args=(seed,)) for seed in range(4)]
+    for f in fuzzers:
+        f.start()
+    attacked = SGDLogisticRegression(**params).fit(df)
+    for f in fuzzers:
+        f.join(60)
+    np.testing.assert_array_equal(coefficients(attacked), coefficients(reference))
+    rejected = attacked.summary.extra["framesRejected"] + attacked.summary.extra[
+        "gradientsRejected"]
+    print(f"\nfuzzed frames sent during the fit: {len(sent)}, rejected: {rejected}")
+    assert len(sent) >= 50 and rejected >= 0.9 * len(sent)

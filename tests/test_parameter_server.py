@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from gradspark.data.blocks import Block
+from ps_fuzz import fuzz, send_raw
 from gradspark.losses import SquaredLoss
 from gradspark.ps import ParameterClient, ParameterServer, ProtocolError, StalenessClock
-from gradspark.ps.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind, tag
+from gradspark.ps.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind
 from gradspark.trainer.asynchronous import AsyncConfig, AsyncTraining, run_worker
 from gradspark.trainer.objective import LinearObjective
 
@@ -129,18 +130,6 @@ def test_wrong_secret_is_refused_and_training_is_untouched():
     assert training.version == 0 and np.all(training.theta == objective.initial())
 
 
-def _raw(server, data: bytes) -> bytes:
-    """Send bytes after the challenge; what the server answers before it hangs up."""
-    with socket.create_connection(server.address, timeout=5) as s:
-        s.recv(1024)  # the challenge
-        try:
-            s.sendall(data)
-            s.shutdown(socket.SHUT_WR)
-            return s.recv(1024)
-        except OSError:  # already closed by the server
-            return b""
-
-
 def test_hostile_frames_are_rejected_while_training_finishes_correctly():
     X, y, blocks, exact = least_squares()
     objective, training = make_training(X, 2, staleness=0)
@@ -155,7 +144,7 @@ def test_hostile_frames_are_rejected_while_training_finishes_correctly():
             HEADER.pack(MAGIC, VERSION, int(Kind.HELLO), 0, 40) + b"\0" * 10,  # truncated
             HEADER.pack(MAGIC, VERSION, int(Kind.HELLO), 0, 2**31),  # oversize length prefix
         ):
-            assert _raw(server, hostile) == b""  # no answer, connection closed
+            assert send_raw(server, hostile) == b""  # no answer, connection closed
         # An authenticated client (it holds the secret) sending a gradient of the wrong length.
         intruder = ParameterClient(server.address, server.secret, 1)
         intruder.channel.send(Kind.PUSH, (intruder.start_clock, 0, 1.0, 1.0, 1), np.ones(2))
@@ -222,36 +211,6 @@ def test_clock_bounds_and_rejoins():
     assert unbounded.may_proceed(0)
 
 
-def _fuzz(server, seconds: float, seed: int, sent: list) -> None:
-    """Random unauthenticated bytes and frames, and tampered frames after a real handshake."""
-    g = np.random.default_rng(seed)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and not server.closed:
-        choice = g.integers(4)
-        try:
-            if choice == 3:  # authenticated, then a PULL whose tag is one bit off
-                client = ParameterClient(server.address, server.secret, int(g.integers(2)))
-                channel = client.channel
-                header = HEADER.pack(MAGIC, VERSION, int(Kind.PULL), 0, 0)
-                mac = bytearray(tag(channel.key, channel.context, channel.sent, header, b""))
-                mac[int(g.integers(32))] ^= 1 << int(g.integers(8))
-                client.sock.sendall(header + bytes(mac))
-                client.sock.recv(1024)
-                client.close()
-            else:
-                if choice == 0:
-                    data = g.bytes(int(g.integers(1, 200)))
-                else:  # a plausible header: right magic, random kind, dtype and length
-                    kind, dtype = int(g.integers(0, 12)), int(g.integers(0, 4))
-                    length = int(g.choice([0, 8, 40, 255, 257, 2**20, 2**32 - 1]))
-                    data = HEADER.pack(MAGIC, VERSION, kind, dtype, length) + g.bytes(
-                        int(g.integers(0, 300)))
-                _raw(server, data)
-            sent.append(choice)
-        except (OSError, ProtocolError, EOFError):
-            sent.append(choice)
-
-
 def test_fuzzed_frames_during_training_change_nothing():
     X, y, blocks, exact = least_squares()
     reference_obj, reference = make_training(X, 2, staleness=0, max_iter=150)
@@ -264,7 +223,7 @@ def test_fuzzed_frames_during_training_change_nothing():
         threads, _, errors = start_workers(server, blocks, objective.loss, 3, 150,
                                            delays={1: 0.01})
         sent: list = []
-        fuzzers = [threading.Thread(target=_fuzz, args=(server, 1.0, seed, sent))
+        fuzzers = [threading.Thread(target=fuzz, args=(server, 1.0, seed, sent))
                    for seed in range(4)]
         for f in fuzzers:
             f.start()
