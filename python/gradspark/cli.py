@@ -1,0 +1,290 @@
+"""``gradspark train`` / ``gradspark predict``: batch jobs from tables, files or SQL.
+
+    gradspark train --model logistic --input data.parquet --output model/
+    gradspark train --model linear --sql "SELECT * FROM parquet.`/data/x` WHERE day > 3" \\
+        --label price --param regParam=0.01 --param maxIter=200 --output model/
+    gradspark predict --model model/ --table events --output scored/
+    spark-submit --master yarn python/gradspark/cli.py train --job job.json
+
+``train`` reads the data (``--input`` path, ``--table`` name or ``--sql`` query),
+assembles the features (``--features a,b,c`` or every column but the label and
+weight; string columns are indexed and one-hot encoded with pyspark.ml's
+``StringIndexer``/``OneHotEncoder``), fits the estimator named by ``--model``
+in a :class:`~pyspark.ml.Pipeline`, evaluates it on a held-out split, prints the
+metrics as one JSON line, and saves the fitted ``PipelineModel`` at
+``--output`` with ``metrics.json`` beside it (``--output``/metrics.json).
+A JSON job file (``--job``) gives the same options; flags override it.
+
+Exit status, for batch schedulers: 0 on success, 2 for bad arguments, 3 for
+data that cannot train (the one-line reason names the column), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Dict, List, Optional, Sequence
+
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.evaluation import (
+    BinaryClassificationEvaluator, MulticlassClassificationEvaluator, RegressionEvaluator,
+)
+from pyspark.ml.feature import OneHotEncoder, StringIndexer, VectorAssembler
+from pyspark.ml.linalg import VectorUDT
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import NumericType, StringType
+
+logger = logging.getLogger("gradspark.cli")
+
+BAD_ARGUMENTS, BAD_DATA, FAILED = 2, 3, 1
+FEATURES = "features"
+
+
+class UsageError(ValueError):
+    """Arguments that cannot describe a job (exit status 2)."""
+
+
+def _estimators() -> Dict[str, type]:
+    from gradspark import SGDLinearRegression, SGDLinearSVC, SGDLogisticRegression
+
+    return {"logistic": SGDLogisticRegression, "linear": SGDLinearRegression,
+            "svc": SGDLinearSVC}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gradspark", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="fit a model and save a PipelineModel")
+    predict = commands.add_parser("predict", help="score a dataset with a saved model")
+    for command in (train, predict):
+        source = command.add_argument_group("input (one of)")
+        source.add_argument("--input", help="a Parquet, CSV or JSON path")
+        source.add_argument("--format", help="format of --input (default: from its suffix)")
+        source.add_argument("--table", help="a table or view name")
+        source.add_argument("--sql", help="a SQL query")
+        command.add_argument("--output", help="where to save the model / the predictions")
+        command.add_argument("--master", help="Spark master (default: spark-submit's or local)")
+        command.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                             help="Spark configuration (repeatable)")
+    train.add_argument("--job", help="a JSON file with any of these options")
+    train.add_argument("--model", help="|".join(_estimators()))
+    train.add_argument("--label", help="the label column (default: label)")
+    train.add_argument("--weight", help="a weight column")
+    train.add_argument("--features", help="comma-separated feature columns "
+                                          "(default: all but the label and weight)")
+    train.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                       help="an estimator Param, e.g. regParam=0.01 (repeatable)")
+    train.add_argument("--test-fraction", type=float, help="held-out share (default 0.2)")
+    train.add_argument("--seed", type=int, help="split seed (default 42)")
+    predict.add_argument("--model", help="a saved PipelineModel (from gradspark train)")
+    return parser
+
+
+TRAIN_DEFAULTS = {"label": "label", "test_fraction": 0.2, "seed": 42, "params": {}}
+
+
+def _job(args: argparse.Namespace) -> dict:
+    """Defaults, then the job file, then the flags."""
+    job = dict(TRAIN_DEFAULTS) if args.command == "train" else {}
+    if getattr(args, "job", None):
+        try:
+            with open(args.job) as handle:
+                loaded = json.load(handle)
+        except (OSError, ValueError) as error:
+            raise UsageError(f"cannot read job file {args.job}: {error}") from None
+        if not isinstance(loaded, dict):
+            raise UsageError(f"job file {args.job} must hold a JSON object")
+        job.update({k.replace("-", "_"): v for k, v in loaded.items()})
+    for key, value in vars(args).items():
+        if value is not None and key not in ("job", "param", "conf", "command"):
+            job[key] = value
+    params = dict(job.get("params") or {})
+    for item in getattr(args, "param", []):
+        name, _, text = item.partition("=")
+        if not _ or not name:
+            raise UsageError(f"--param wants NAME=VALUE, got {item!r}")
+        params[name] = _literal(text)
+    job["params"] = params
+    job["conf"] = [item for item in args.conf]
+    sources = [k for k in ("input", "table", "sql") if job.get(k)]
+    if len(sources) != 1:
+        raise UsageError("give exactly one of --input, --table, --sql")
+    if not job.get("output"):
+        raise UsageError("--output is required")
+    if not job.get("model"):
+        raise UsageError("--model is required")
+    return job
+
+
+def _literal(text: str):
+    """'0.01' -> 0.01, 'true' -> True, 'adam' -> 'adam'."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _session(job: dict) -> SparkSession:
+    builder = SparkSession.builder.appName(f"gradspark {job.get('command', '')}".strip())
+    if job.get("master"):
+        builder = builder.master(job["master"])
+    for item in job.get("conf", []):
+        key, _, value = item.partition("=")
+        if not _:
+            raise UsageError(f"--conf wants KEY=VALUE, got {item!r}")
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def read_source(spark: SparkSession, job: dict) -> DataFrame:
+    """The job's data: a path, a table or a SQL query."""
+    if job.get("sql"):
+        return spark.sql(job["sql"])
+    if job.get("table"):
+        return spark.table(job["table"])
+    path = job["input"]
+    fmt = job.get("format") or path.rstrip("/").rsplit(".", 1)[-1].lower()
+    if fmt == "csv":
+        return spark.read.csv(path, header=True, inferSchema=True)
+    if fmt not in ("parquet", "json", "orc"):
+        fmt = "parquet"
+    return spark.read.format(fmt).load(path)
+
+
+def feature_stages(df: DataFrame, columns: List[str]) -> list:
+    """Index and one-hot encode string columns, then assemble everything into ``features``."""
+    kinds = {f.name: f.dataType for f in df.schema.fields}
+    missing = [c for c in columns if c not in kinds]
+    if missing:
+        raise UsageError(f"feature columns {missing} not found; the data has {sorted(kinds)}")
+    categorical = [c for c in columns if isinstance(kinds[c], StringType)]
+    other = [c for c in columns if c not in categorical
+             and not isinstance(kinds[c], (NumericType, VectorUDT))]
+    if other:
+        raise UsageError(f"feature columns {other} are neither numeric, string nor vector")
+    stages: list = []
+    assembled = []
+    if categorical:
+        indexed = [f"{c}__index" for c in categorical]
+        encoded = [f"{c}__onehot" for c in categorical]
+        stages += [StringIndexer(inputCols=categorical, outputCols=indexed, handleInvalid="keep"),
+                   OneHotEncoder(inputCols=indexed, outputCols=encoded, handleInvalid="keep")]
+    for c in columns:
+        assembled.append(f"{c}__onehot" if c in categorical else c)
+    # handleInvalid="keep": NaN reaches the estimator, whose error names the column.
+    stages.append(VectorAssembler(inputCols=assembled, outputCol=FEATURES, handleInvalid="keep"))
+    return stages
+
+
+def _evaluators(kind: str, label: str, binary: bool) -> Dict[str, object]:
+    if kind == "linear":
+        return {m: RegressionEvaluator(labelCol=label, metricName=m) for m in ("rmse", "r2", "mae")}
+    metrics: Dict[str, object] = {
+        m: MulticlassClassificationEvaluator(labelCol=label, metricName=m)
+        for m in ("accuracy", "f1")}
+    if binary:
+        metrics["areaUnderROC"] = BinaryClassificationEvaluator(labelCol=label)
+    return metrics
+
+
+def train(spark: SparkSession, job: dict) -> dict:
+    """Fit, evaluate and save; returns the metrics written to metrics.json."""
+    estimators = _estimators()
+    kind = job["model"]
+    if kind not in estimators:
+        raise UsageError(f"--model must be one of {sorted(estimators)}, got {kind!r}")
+    df = read_source(spark, job)
+    label, weight = job["label"], job.get("weight")
+    for role, column in (("label", label), ("weight", weight)):
+        if column and column not in df.columns:
+            raise UsageError(f"{role} column {column!r} not found; the data has "
+                             f"{sorted(df.columns)}")
+    features = job.get("features")
+    if isinstance(features, str):
+        features = [c.strip() for c in features.split(",") if c.strip()]
+    features = features or [c for c in df.columns if c not in (label, weight)]
+    params = dict(job["params"], labelCol=label, featuresCol=FEATURES)
+    if weight:
+        params["weightCol"] = weight
+    try:
+        estimator = estimators[kind](**params)
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"bad --param for {kind}: {error}") from None
+    fraction = float(job["test_fraction"])
+    if not 0.0 <= fraction < 1.0:
+        raise UsageError(f"--test-fraction must be in [0, 1), got {fraction}")
+    train_df, test_df = (df.randomSplit([1 - fraction, fraction], seed=int(job["seed"]))
+                         if fraction > 0 else (df, df))
+    model = Pipeline(stages=feature_stages(df, features) + [estimator]).fit(train_df)
+    fitted = model.stages[-1]
+    scored = model.transform(test_df)
+    binary = kind == "svc" or (kind == "logistic" and fitted.numClasses == 2)
+    metrics = {name: evaluator.evaluate(scored)
+               for name, evaluator in _evaluators(kind, label, binary).items()}
+    summary = fitted.summary if fitted.hasSummary else None
+    report = {"model": kind, "metrics": metrics, "heldOutFraction": fraction,
+              "features": features, "params": job["params"],
+              "lossHistory": list(summary.objectiveHistory) if summary else [],
+              "iterations": summary.totalIterations if summary else None}
+    model.write().overwrite().save(job["output"])
+    write_text(spark, job["output"].rstrip("/") + "/metrics.json", json.dumps(report, indent=2))
+    return report
+
+
+def predict(spark: SparkSession, job: dict) -> dict:
+    model = PipelineModel.load(job["model"])
+    scored = model.transform(read_source(spark, job))
+    keep = [c for c in scored.columns if c != FEATURES and not c.endswith(("__index",
+                                                                           "__onehot"))]
+    scored.select(*keep).write.mode("overwrite").parquet(job["output"])
+    return {"output": job["output"], "rows": spark.read.parquet(job["output"]).count()}
+
+
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """A small text file on any Hadoop filesystem (local, HDFS, S3A...)."""
+    jvm = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.create(target, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
+def main(argv: Optional[Sequence[str]] = None, spark: Optional[SparkSession] = None) -> int:
+    """Run one command; returns the exit status. ``spark``: reuse a session (tests)."""
+    from gradspark.data.validation import InvalidDataError
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = _parser().parse_args(argv)  # exits with 2 on malformed flags
+    owned = spark is None
+    try:
+        job = _job(args)
+        job["command"] = args.command
+        if spark is None:
+            spark = _session(job)
+        result = (train if args.command == "train" else predict)(spark, job)
+        print(json.dumps(result if args.command == "predict" else
+                         {k: result[k] for k in ("model", "metrics", "iterations")}))
+        return 0
+    except UsageError as error:
+        print(f"gradspark: error: {error}", file=sys.stderr)
+        return BAD_ARGUMENTS
+    except InvalidDataError as error:
+        print(f"gradspark: bad data: {error.message}", file=sys.stderr)
+        return BAD_DATA
+    except Exception as error:  # noqa: BLE001 - a batch job reports, then exits non-zero
+        logger.debug("failed", exc_info=True)
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print(f"gradspark: failed: {type(error).__name__}: {first}", file=sys.stderr)
+        return FAILED
+    finally:
+        if owned and spark is not None:
+            spark.stop()
+
+
+if __name__ == "__main__":  # spark-submit python/gradspark/cli.py ...
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""``gradspark train`` / ``predict`` as batch jobs: sources, features, metrics, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.classification import LogisticRegression
+from pyspark.ml.evaluation import BinaryClassificationEvaluator
+
+from gradspark import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def table(spark, tmp_path_factory):
+    """Parquet with two numeric columns, a string category and a binary label."""
+    g = np.random.default_rng(12)
+    n = 600
+    a, b = g.normal(size=n), g.normal(size=n) * 3
+    city = g.choice(["oslo", "lima", "pune"], size=n)
+    effect = {"oslo": 1.0, "lima": -1.0, "pune": 0.0}
+    margin = 1.5 * a - 0.4 * b + np.array([effect[c] for c in city])
+    label = (margin + g.logistic(size=n) > 0).astype(float)
+    rows = [(float(x), float(y), str(c), float(t), int(i))
+            for i, (x, y, c, t) in enumerate(zip(a, b, city, label))]
+    path = str(tmp_path_factory.mktemp("cli") / "people.parquet")
+    spark.createDataFrame(rows, ["a", "b", "city", "label", "day"]).write.parquet(path)
+    return path
+
+
+def run(spark, *argv: str) -> int:
+    return cli.main(list(argv), spark=spark)
+
+
+def test_train_saves_a_pipeline_and_metrics_like_mllib(spark, table, tmp_path, capsys):
+    out = str(tmp_path / "model")
+    code = run(spark, "train", "--model", "logistic", "--input", table, "--features",
+               "a,b,city", "--param", "regParam=0.01", "--output", out)
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    with open(os.path.join(out, "metrics.json")) as handle:
+        report = json.load(handle)
+    assert printed["metrics"] == report["metrics"]
+    assert report["iterations"] >= 1 and report["lossHistory"][-1] < report["lossHistory"][0]
+    # The saved PipelineModel re-scores the held-out split to the reported AUC ...
+    model = PipelineModel.load(out)
+    df = spark.read.parquet(table)
+    _, test = df.randomSplit([0.8, 0.2], seed=42)
+    auc = BinaryClassificationEvaluator().evaluate(model.transform(test))
+    assert auc == pytest.approx(report["metrics"]["areaUnderROC"], abs=1e-12)
+    # ... and MLlib, with the same feature stages and split, scores the same.
+    train, _ = df.randomSplit([0.8, 0.2], seed=42)
+    reference = Pipeline(stages=cli.feature_stages(df, ["a", "b", "city"]) +
+                         [LogisticRegression(regParam=0.01)]).fit(train)
+    ref_auc = BinaryClassificationEvaluator().evaluate(reference.transform(test))
+    assert auc == pytest.approx(ref_auc, abs=2e-3)
+    # The category was one-hot encoded: 2 numeric + 3 cities (+1 for unseen ones).
+    assert model.stages[-1].numFeatures == 2 + 4
+
+
+def test_sql_source_job_file_and_predict(spark, table, tmp_path, capsys):
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({
+        "model": "linear", "label": "a", "features": ["b", "day"],
+        "sql": f"SELECT a, b, day FROM parquet.`{table}` WHERE day < 400",
+        "params": {"regParam": 0.0, "maxIter": 300}, "test_fraction": 0.0}))
+    out = str(tmp_path / "linear")
+    assert run(spark, "train", "--job", str(job), "--output", out) == 0
+    report = json.load(open(os.path.join(out, "metrics.json")))
+    # With no hold-out the metrics are on the 400 training rows: ordinary least
+    # squares' R^2 from numpy on exactly those rows.
+    rows = spark.read.parquet(table).where("day < 400").toPandas()
+    A = np.c_[rows["b"], rows["day"], np.ones(len(rows))]
+    residual = A @ np.linalg.lstsq(A, rows["a"], rcond=None)[0] - rows["a"]
+    r2 = 1 - residual @ residual / ((rows["a"] - rows["a"].mean()) ** 2).sum()
+    assert report["metrics"]["r2"] == pytest.approx(r2, abs=1e-6)
+
+    scored = str(tmp_path / "scored")
+    assert run(spark, "predict", "--model", out, "--input", table, "--output", scored) == 0
+    capsys.readouterr()
+    result = spark.read.parquet(scored)
+    expected = PipelineModel.load(out).transform(spark.read.parquet(table))
+    assert result.count() == 600 and "prediction" in result.columns
+    np.testing.assert_array_equal(
+        np.array(result.orderBy("day").select("prediction").collect()).ravel(),
+        np.array(expected.orderBy("day").select("prediction").collect()).ravel())
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["train", "--model", "logistic", "--output", "x"], 2, "exactly one of --input"),
+    (["train", "--model", "forest", "--table", "t", "--output", "x"], 2, "--model must be"),
+    (["train", "--model", "logistic", "--input", "{table}", "--param", "regParam",
+      "--output", "x"], 2, "--param wants NAME=VALUE"),
+    (["train", "--model", "logistic", "--input", "{table}", "--label", "nope",
+      "--output", "x"], 2, "label column 'nope' not found"),
+    (["train", "--model", "logistic", "--input", "{table}", "--features", "a,zzz",
+      "--output", "x"], 2, r"feature columns \['zzz'\] not found"),
+    (["train", "--model", "svc", "--input", "{table}", "--label", "day", "--features", "a",
+      "--output", "x"], 3, "label column 'day' must be 0 or 1"),
+    (["train", "--model", "logistic", "--sql", "SELECT * FROM no_such_table",
+      "--output", "x"], 1, "no_such_table"),
+])
+def test_errors_are_one_line_with_an_exit_status(spark, table, tmp_path, capsys, argv, code,
+                                                 message):
+    argv = [a.replace("{table}", table) for a in argv]
+    argv[argv.index("x")] = str(tmp_path / "x")
+    assert run(spark, *argv) == code
+    # One line of ours (Spark's own log lines may come before it).
+    error = [line for line in capsys.readouterr().err.splitlines()
+             if line.startswith("gradspark: ")]
+    assert len(error) == 1 and re.search(message, error[0])
+    assert not os.path.exists(tmp_path / "x")  # nothing half-written
+
+
+def test_spark_submit_runs_the_cli_file(table, tmp_path):
+    # The batch path: spark-submit from the pyspark package, the CLI as a file.
+    spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    out = str(tmp_path / "submitted")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.run(
+        [spark_submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+         os.path.join(ROOT, "python", "gradspark", "cli.py"), "train", "--model", "svc",
+         "--input", table, "--features", "a,b", "--output", out],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    metrics = json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]
+    assert metrics["areaUnderROC"] > 0.8
+    assert PipelineModel.load(out).stages[-1].numFeatures == 2
