@@ -13,34 +13,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import sys
 import time
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+import numpy as np
+from example_data import FEATURE_COLUMNS, TRUE_COEFFICIENTS, session, synthetic
+from pyspark.ml import Pipeline
+from pyspark.ml.classification import LogisticRegression
+from pyspark.ml.evaluation import BinaryClassificationEvaluator, MulticlassClassificationEvaluator
+from pyspark.ml.feature import VectorAssembler
 
-import numpy as np  # noqa: E402
-from pyspark.ml import Pipeline  # noqa: E402
-from pyspark.ml.classification import LogisticRegression  # noqa: E402
-from pyspark.ml.evaluation import (  # noqa: E402
-    BinaryClassificationEvaluator, MulticlassClassificationEvaluator,
-)
-from pyspark.ml.feature import VectorAssembler  # noqa: E402
-from pyspark.sql import SparkSession, functions as F  # noqa: E402
-
-from gradspark import SGDLogisticRegression  # noqa: E402
-
-TRUE_COEFFICIENTS = [1.5, -2.0, 0.75, 0.0, 3.0, -0.5, 0.0, 1.0]
-
-
-def synthetic(spark: SparkSession, rows: int, seed: int = 7):
-    """x_j ~ N(0, (j+1)^2); label ~ Bernoulli(sigmoid(sum_j x_j * beta_j / (j+1) - 0.5))."""
-    df = spark.range(rows, numPartitions=4)
-    for j in range(len(TRUE_COEFFICIENTS)):
-        df = df.withColumn(f"x{j}", F.randn(seed + j) * (j + 1))
-    margin = sum(F.col(f"x{j}") * (b / (j + 1)) for j, b in enumerate(TRUE_COEFFICIENTS)) - 0.5
-    return df.withColumn("label", (F.rand(seed) < 1 / (1 + F.exp(-margin))).cast("double"))
-
+from gradspark import SGDLogisticRegression
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,16 +31,13 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    spark = (SparkSession.builder.master(args.master).appName("gradspark-demo")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("WARN")
+    spark = session(args.master, "gradspark-demo")
     train, test = synthetic(spark, args.rows).randomSplit([0.8, 0.2], seed=1)
     train, test = train.cache(), test.cache()
     print(f"data: {train.count()} training rows, {test.count()} test rows, "
           f"{len(TRUE_COEFFICIENTS)} features, master {args.master}")
 
-    assembler = VectorAssembler(inputCols=[f"x{j}" for j in range(len(TRUE_COEFFICIENTS))],
-                                outputCol="features")
+    assembler = VectorAssembler(inputCols=FEATURE_COLUMNS, outputCol="features")
     candidates = {
         "gradspark lbfgs": SGDLogisticRegression(regParam=0.001),
         "gradspark adam (10% mini-batches)": SGDLogisticRegression(

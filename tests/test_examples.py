@@ -1,0 +1,65 @@
+"""Every example runs (small data, its own driver) and says what its docstring promises."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def run_example(name: str, *args: str, launcher=None) -> dict:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    command = (launcher or [sys.executable]) + [os.path.join(EXAMPLES, name), *args]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_pipeline_cross_validation():
+    result = run_example("pipeline_cross_validation.py", "--rows", "3000", "--folds", "2")
+    # The same search picks comparable models: test AUCs within 0.01 of MLlib's.
+    assert abs(result["gradspark"]["test_auc"] - result["mllib"]["test_auc"]) < 0.01
+    assert result["gradspark"]["test_auc"] > 0.85
+
+
+def test_sql_pipeline():
+    result = run_example("sql_pipeline.py", "--rows", "4000")
+    np.testing.assert_allclose(result["gradspark_coefficients"], result["mllib_coefficients"],
+                               rtol=1e-3, atol=1e-3)
+    assert result["gradspark_rmse"] == pytest.approx(result["mllib_rmse"], rel=1e-3)
+
+
+def test_spark_submit_job(tmp_path):
+    spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    result = run_example("spark_submit_job.py", "--rows", "5000", "--output",
+                         str(tmp_path / "model"),
+                         launcher=[spark_submit, "--master", "local[2]"])
+    assert result["master"] == "local[2]" and result["test_auc"] > 0.85
+    assert os.path.isdir(tmp_path / "model" / "stages")
+
+
+def test_async_training():
+    result = run_example("async_training.py", "--rows", "4000")
+    bsp, stale = result["staleness_0"], result["staleness_2"]
+    assert bsp["max_staleness_seen"] == 0 and stale["max_staleness_seen"] <= 2
+    assert stale["final_loss"] <= 1.02 * bsp["final_loss"]
+
+
+def test_checkpoint_resume():
+    result = run_example("checkpoint_resume.py", "--rows", "4000")
+    assert result["resumed_from"] == 20 and result["identical_to_uninterrupted"] is True
+
+
+def test_torch_mlp():
+    pytest.importorskip("torch")
+    result = run_example("torch_mlp.py", "--rows", "3000", "--epochs", "4")
+    history = result["loss_history"]
+    assert result["ranks"] == 2 and len(history) == 4 and history[-1] < history[0]
+    assert result["test_accuracy"] > 0.6  # three classes: chance is ~0.33
