@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test benchmark clean
+.PHONY: demo test cluster-test benchmark clean
 
 $(STAMP): pyproject.toml $(wildcard scala/src/main/scala/io/gradspark/kernels/*.scala)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# A standalone master + 2 workers on loopback, a spark-submit job, then stop.
+cluster-test: $(STAMP)
+	$(PY) -m pytest -q tests/test_standalone_cluster.py
 
 benchmark: $(STAMP)
 	$(PY) benchmarks/engine.py --scaling
