@@ -36,6 +36,10 @@ def table(spark, tmp_path_factory):
     return path
 
 
+def matplotlib_image():
+    return pytest.importorskip("matplotlib.image")
+
+
 def run(spark, *argv: str) -> int:
     return cli.main(list(argv), spark=spark)
 
@@ -50,6 +54,9 @@ def test_train_saves_a_pipeline_and_metrics_like_mllib(spark, table, tmp_path, c
         report = json.load(handle)
     assert printed["metrics"] == report["metrics"]
     assert report["iterations"] >= 1 and report["lossHistory"][-1] < report["lossHistory"][0]
+    # loss.png: a real PNG of the loss curve (600x400 at the default size).
+    image = matplotlib_image().imread(os.path.join(out, "loss.png"))
+    assert image.shape[:2] == (400, 600) and image.std() > 0
     # The saved PipelineModel re-scores the held-out split to the reported AUC ...
     model = PipelineModel.load(out)
     df = spark.read.parquet(table)
@@ -75,6 +82,7 @@ def test_sql_source_job_file_and_predict(spark, table, tmp_path, capsys):
     out = str(tmp_path / "linear")
     assert run(spark, "train", "--job", str(job), "--output", out) == 0
     report = json.load(open(os.path.join(out, "metrics.json")))
+    assert os.path.exists(os.path.join(out, "loss.png"))
     # With no hold-out the metrics are on the 400 training rows: ordinary least
     # squares' R^2 from numpy on exactly those rows.
     rows = spark.read.parquet(table).where("day < 400").toPandas()
@@ -134,3 +142,18 @@ def test_spark_submit_runs_the_cli_file(table, tmp_path):
     metrics = json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]
     assert metrics["areaUnderROC"] > 0.8
     assert PipelineModel.load(out).stages[-1].numFeatures == 2
+
+
+def test_summary_saves_its_loss_curve(spark, table, tmp_path):
+    image = matplotlib_image()
+    from gradspark import SGDLinearRegression
+    from pyspark.ml.feature import VectorAssembler
+
+    df = VectorAssembler(inputCols=["b", "day"], outputCol="features").transform(
+        spark.read.parquet(table).drop("label").withColumnRenamed("a", "label"))
+    summary = SGDLinearRegression(maxIter=20).fit(df).summary
+    summary.saveLossPlot(str(tmp_path / "loss.png"))
+    pixels = image.imread(str(tmp_path / "loss.png"))
+    assert pixels.shape[:2] == (400, 600)
+    # Not a blank canvas: the curve and axes are drawn in dark pixels.
+    assert (pixels[..., :3].mean(axis=-1) < 0.5).mean() > 0.001

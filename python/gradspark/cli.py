@@ -12,7 +12,8 @@ weight; string columns are indexed and one-hot encoded with pyspark.ml's
 ``StringIndexer``/``OneHotEncoder``), fits the estimator named by ``--model``
 in a :class:`~pyspark.ml.Pipeline`, evaluates it on a held-out split, prints the
 metrics as one JSON line, and saves the fitted ``PipelineModel`` at
-``--output`` with ``metrics.json`` beside it (``--output``/metrics.json).
+``--output`` with ``metrics.json`` (metrics, loss history) and ``loss.png``
+(with matplotlib, the ``plot`` extra) inside it.
 A JSON job file (``--job``) gives the same options; flags override it.
 
 Exit status, for batch schedulers: 0 on success, 2 for bad arguments, 3 for
@@ -35,6 +36,8 @@ from pyspark.ml.feature import OneHotEncoder, StringIndexer, VectorAssembler
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import NumericType, StringType
+
+from gradspark.report import loss_plot_png
 
 logger = logging.getLogger("gradspark.cli")
 
@@ -229,7 +232,14 @@ def train(spark: SparkSession, job: dict) -> dict:
               "lossHistory": list(summary.objectiveHistory) if summary else [],
               "iterations": summary.totalIterations if summary else None}
     model.write().overwrite().save(job["output"])
-    write_text(spark, job["output"].rstrip("/") + "/metrics.json", json.dumps(report, indent=2))
+    output = job["output"].rstrip("/")
+    write_file(spark, output + "/metrics.json", json.dumps(report, indent=2).encode("utf-8"))
+    if report["lossHistory"]:
+        try:
+            png = loss_plot_png(report["lossHistory"], f"gradspark {kind}: training loss")
+            write_file(spark, output + "/loss.png", png)
+        except ImportError as missing:  # the optional plot extra
+            logger.warning("no loss.png: %s", missing)
     return report
 
 
@@ -242,14 +252,14 @@ def predict(spark: SparkSession, job: dict) -> dict:
     return {"output": job["output"], "rows": spark.read.parquet(job["output"]).count()}
 
 
-def write_text(spark: SparkSession, path: str, text: str) -> None:
-    """A small text file on any Hadoop filesystem (local, HDFS, S3A...)."""
+def write_file(spark: SparkSession, path: str, data: bytes) -> None:
+    """A small file on any Hadoop filesystem (local, HDFS, S3A...)."""
     jvm = spark.sparkContext._jvm
     target = jvm.org.apache.hadoop.fs.Path(path)
     fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     stream = fs.create(target, True)
     try:
-        stream.write(bytearray(text.encode("utf-8")))
+        stream.write(bytearray(data))
     finally:
         stream.close()
 

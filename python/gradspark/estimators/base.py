@@ -40,6 +40,7 @@ from gradspark.engine.resident import ResidentGradientEngine
 from gradspark.ps.tasks import resident_stage_running, task_slots
 from gradspark.losses import Loss
 from gradspark.params import SGDParams, validate_sgd_params
+from gradspark.report import LossCurve
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
 
 logger = logging.getLogger(__name__)
@@ -58,8 +59,9 @@ class LinearProblem:
 
 
 @dataclass
-class TrainingSummary:
-    """Training history, as MLlib's ``summary.objectiveHistory``/``totalIterations``."""
+class TrainingSummary(LossCurve):
+    """Training history, as MLlib's ``summary.objectiveHistory``/``totalIterations``;
+    ``saveLossPlot(path)`` draws it (matplotlib)."""
 
     objectiveHistory: List[float]
     totalIterations: int

@@ -47,6 +47,7 @@ from gradspark.data.columnar import features_as_array, features_matrix, training
 from gradspark.data.validation import InvalidDataError
 from gradspark.faults import fault_plan
 from gradspark.params import HasCheckpoints, _one_of
+from gradspark.report import LossCurve
 from gradspark.trainer.barrier import require_task_slots
 from gradspark.trainer.ddp import (
     RESULT_SCHEMA,
@@ -120,8 +121,9 @@ class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
 
 
 @dataclass
-class TorchTrainingSummary:
-    """Per-epoch mean training loss over all rows, and how the run went."""
+class TorchTrainingSummary(LossCurve):
+    """Per-epoch mean training loss over all rows, and how the run went;
+    ``saveLossPlot(path)`` draws it (matplotlib)."""
 
     lossHistory: List[float]
     epochs: int
