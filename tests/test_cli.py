@@ -157,3 +157,52 @@ def test_summary_saves_its_loss_curve(spark, table, tmp_path):
     assert pixels.shape[:2] == (400, 600)
     # Not a blank canvas: the curve and axes are drawn in dark pixels.
     assert (pixels[..., :3].mean(axis=-1) < 0.5).mean() > 0.001
+
+
+TORCH_MODULE = '''
+import sys
+
+import torch
+from pyspark import cloudpickle
+
+from gradspark import TorchEstimator
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors need not import it
+
+
+def mlp():
+    return torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+
+def estimator():
+    return TorchEstimator(mlp, torch.nn.CrossEntropyLoss(), numWorkers=2, epochs=6,
+                          batchSize=32, learningRate=0.02, labelDtype="int64", seed=3)
+'''
+
+
+def test_torch_model_from_a_factory(spark, table, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    (tmp_path / "cli_torch_models.py").write_text(TORCH_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = str(tmp_path / "torch-model")
+    assert run(spark, "train", "--model", "torch", "--torch", "cli_torch_models:estimator",
+               "--input", table, "--features", "a,b", "--param", "epochs=8",
+               "--output", out) == 0
+    report = json.load(open(os.path.join(out, "metrics.json")))
+    assert len(report["lossHistory"]) == 8  # --param overrode the factory's epochs
+    assert report["lossHistory"][-1] < report["lossHistory"][0]
+    # The saved pipeline scores like MLlib's logistic regression on a and b (the
+    # label is nearly linear in them): accuracy within 0.05.
+    df = spark.read.parquet(table)
+    train, test = df.randomSplit([0.8, 0.2], seed=42)
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+
+    reference = Pipeline(stages=cli.feature_stages(df, ["a", "b"]) +
+                         [LogisticRegression()]).fit(train)
+    accuracy = MulticlassClassificationEvaluator(metricName="accuracy")
+    ours = accuracy.evaluate(PipelineModel.load(out).transform(test))
+    assert ours == pytest.approx(report["metrics"]["accuracy"], abs=1e-12)
+    assert ours > accuracy.evaluate(reference.transform(test)) - 0.05
+    assert run(spark, "train", "--model", "torch", "--input", table, "--output",
+               str(tmp_path / "x")) == 2
+    assert "--torch MODULE:FUNCTION" in capsys.readouterr().err

@@ -71,8 +71,14 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--master", help="Spark master (default: spark-submit's or local)")
         command.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                              help="Spark configuration (repeatable)")
-    train.add_argument("--job", help="a JSON file with any of these options")
-    train.add_argument("--model", help="|".join(_estimators()))
+    train.add_argument("--job", help="a JSON (or, with PyYAML, YAML) file with any of "
+                                     "these options")
+    train.add_argument("--model", help="|".join(_estimators()) + "|torch")
+    train.add_argument("--torch", metavar="MODULE:FUNCTION",
+                       help="with --model torch: a function returning a TorchEstimator "
+                            "(model_fn, loss_fn and its Params); its module must be "
+                            "importable on the driver and the executors (--py-files), or "
+                            "register itself with cloudpickle.register_pickle_by_value")
     train.add_argument("--label", help="the label column (default: label)")
     train.add_argument("--weight", help="a weight column")
     train.add_argument("--features", help="comma-separated feature columns "
@@ -92,11 +98,7 @@ def _job(args: argparse.Namespace) -> dict:
     """Defaults, then the job file, then the flags."""
     job = dict(TRAIN_DEFAULTS) if args.command == "train" else {}
     if getattr(args, "job", None):
-        try:
-            with open(args.job) as handle:
-                loaded = json.load(handle)
-        except (OSError, ValueError) as error:
-            raise UsageError(f"cannot read job file {args.job}: {error}") from None
+        loaded = _read_job_file(args.job)
         if not isinstance(loaded, dict):
             raise UsageError(f"job file {args.job} must hold a JSON object")
         job.update({k.replace("-", "_"): v for k, v in loaded.items()})
@@ -119,6 +121,48 @@ def _job(args: argparse.Namespace) -> dict:
     if not job.get("model"):
         raise UsageError("--model is required")
     return job
+
+
+def _read_job_file(path: str):
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except OSError as error:
+        raise UsageError(f"cannot read job file {path}: {error}") from None
+    if path.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            raise UsageError(f"{path} is YAML: pip install pyyaml, or give the job as JSON")
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise UsageError(f"cannot parse job file {path}: {error}") from None
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise UsageError(f"cannot parse job file {path}: {error}") from None
+
+
+def _torch_estimator(spec: Optional[str]):
+    """The TorchEstimator from ``module:function``."""
+    import importlib
+
+    from gradspark import TorchEstimator
+
+    module_name, _, attribute = (spec or "").partition(":")
+    if not module_name or not attribute:
+        raise UsageError("--model torch needs --torch MODULE:FUNCTION (a function that "
+                         "returns a TorchEstimator)")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise UsageError(f"cannot load --torch {spec}: {error}") from None
+    estimator = factory()
+    if not isinstance(estimator, TorchEstimator):
+        raise UsageError(f"--torch {spec} returned {type(estimator).__name__}, "
+                         f"not a TorchEstimator")
+    return estimator
 
 
 def _literal(text: str):
@@ -196,8 +240,9 @@ def train(spark: SparkSession, job: dict) -> dict:
     """Fit, evaluate and save; returns the metrics written to metrics.json."""
     estimators = _estimators()
     kind = job["model"]
-    if kind not in estimators:
-        raise UsageError(f"--model must be one of {sorted(estimators)}, got {kind!r}")
+    if kind not in estimators and kind != "torch":
+        raise UsageError(f"--model must be one of {sorted(estimators) + ['torch']}, "
+                         f"got {kind!r}")
     df = read_source(spark, job)
     label, weight = job["label"], job.get("weight")
     for role, column in (("label", label), ("weight", weight)):
@@ -209,10 +254,15 @@ def train(spark: SparkSession, job: dict) -> dict:
         features = [c.strip() for c in features.split(",") if c.strip()]
     features = features or [c for c in df.columns if c not in (label, weight)]
     params = dict(job["params"], labelCol=label, featuresCol=FEATURES)
+    if weight and kind == "torch":
+        raise UsageError("--weight is not supported with --model torch")
     if weight:
         params["weightCol"] = weight
     try:
-        estimator = estimators[kind](**params)
+        if kind == "torch":
+            estimator = _torch_estimator(job.get("torch")).setParams(**params)
+        else:
+            estimator = estimators[kind](**params)
     except (TypeError, ValueError) as error:
         raise UsageError(f"bad --param for {kind}: {error}") from None
     fraction = float(job["test_fraction"])
@@ -223,14 +273,16 @@ def train(spark: SparkSession, job: dict) -> dict:
     model = Pipeline(stages=feature_stages(df, features) + [estimator]).fit(train_df)
     fitted = model.stages[-1]
     scored = model.transform(test_df)
+    family = ("linear" if kind == "torch" and fitted.getLabelDtype() != "int64" else kind)
     binary = kind == "svc" or (kind == "logistic" and fitted.numClasses == 2)
     metrics = {name: evaluator.evaluate(scored)
-               for name, evaluator in _evaluators(kind, label, binary).items()}
-    summary = fitted.summary if fitted.hasSummary else None
+               for name, evaluator in _evaluators(family, label, binary).items()}
+    history = list(fitted.summary.objectiveHistory) if fitted.hasSummary else []
     report = {"model": kind, "metrics": metrics, "heldOutFraction": fraction,
-              "features": features, "params": job["params"],
-              "lossHistory": list(summary.objectiveHistory) if summary else [],
-              "iterations": summary.totalIterations if summary else None}
+              "features": features, "params": job["params"], "lossHistory": history,
+              # torch: one loss per epoch
+              "iterations": getattr(fitted.summary, "totalIterations", len(history))
+              if fitted.hasSummary else None}
     model.write().overwrite().save(job["output"])
     output = job["output"].rstrip("/")
     write_file(spark, output + "/metrics.json", json.dumps(report, indent=2).encode("utf-8"))
