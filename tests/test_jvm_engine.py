@@ -53,7 +53,12 @@ LOSSES = {
 def assert_sums_close(a, b, rtol=1e-10):
     assert a.count == b.count
     for field in ("xtg", "gsum", "d_aux", "loss_sum", "weight_sum"):
-        np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=rtol, atol=0,
+        expected = np.asarray(getattr(b, field))
+        # Components that nearly cancel (a class's gradient sum near 0) keep only
+        # absolute accuracy, relative to the field's scale: numpy's sums are merged
+        # in task-completion order.
+        scale = float(np.abs(expected).max()) if expected.size else 0.0
+        np.testing.assert_allclose(getattr(a, field), expected, rtol=rtol, atol=rtol * scale,
                                    err_msg=field)
 
 
