@@ -107,12 +107,12 @@ def _job(args: argparse.Namespace) -> dict:
             job[key] = value
     params = dict(job.get("params") or {})
     for item in getattr(args, "param", []):
-        name, _, text = item.partition("=")
-        if not _ or not name:
+        name, equals, text = item.partition("=")
+        if not equals or not name:
             raise UsageError(f"--param wants NAME=VALUE, got {item!r}")
         params[name] = _literal(text)
     job["params"] = params
-    job["conf"] = [item for item in args.conf]
+    job["conf"] = list(job.get("conf") or []) + list(args.conf)
     sources = [k for k in ("input", "table", "sql") if job.get(k)]
     if len(sources) != 1:
         raise UsageError("give exactly one of --input, --table, --sql")
@@ -178,8 +178,8 @@ def _session(job: dict) -> SparkSession:
     if job.get("master"):
         builder = builder.master(job["master"])
     for item in job.get("conf", []):
-        key, _, value = item.partition("=")
-        if not _:
+        key, equals, value = item.partition("=")
+        if not equals:
             raise UsageError(f"--conf wants KEY=VALUE, got {item!r}")
         builder = builder.config(key, value)
     return builder.getOrCreate()
