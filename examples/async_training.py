@@ -9,23 +9,17 @@ summary shows the staleness reached and the final losses.
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from example_data import FEATURE_COLUMNS, session, synthetic
-from pyspark.ml.feature import VectorAssembler
+from example_data import arguments, assembled, session
 
 from gradspark import SGDLogisticRegression
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args()
+    args = arguments(__doc__, rows=20_000)
     spark = session(args.master, "gradspark-async")
-    data = VectorAssembler(inputCols=FEATURE_COLUMNS, outputCol="features").transform(
-        synthetic(spark, args.rows)).cache()
+    data = assembled(spark, args.rows)
     common = dict(optimizer="adam", stepSize=0.05, maxIter=100, miniBatchFraction=0.5,
                   mode="async", parameterServerHost="127.0.0.1")
     result = {}

@@ -10,25 +10,19 @@ bit-identical to a 40-step fit that never stopped.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 
 import numpy as np
-from example_data import FEATURE_COLUMNS, session, synthetic
-from pyspark.ml.feature import VectorAssembler
+from example_data import arguments, assembled, session
 
 from gradspark import SGDLogisticRegression
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args()
+    args = arguments(__doc__, rows=20_000)
     spark = session(args.master, "gradspark-checkpoints")
-    data = VectorAssembler(inputCols=FEATURE_COLUMNS, outputCol="features").transform(
-        synthetic(spark, args.rows)).cache()
+    data = assembled(spark, args.rows)
     params = dict(optimizer="adam", stepSize=0.05, miniBatchFraction=0.5, seed=11, tol=0.0)
     with tempfile.TemporaryDirectory() as directory:
         def fit(steps: int, checkpoint_dir: str = ""):

@@ -9,10 +9,9 @@ parallel; MLlib's LogisticRegression goes through the same search.
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from example_data import FEATURE_COLUMNS, session, synthetic
+from example_data import FEATURE_COLUMNS, arguments, session, synthetic
 from pyspark.ml import Pipeline
 from pyspark.ml.classification import LogisticRegression
 from pyspark.ml.evaluation import BinaryClassificationEvaluator
@@ -39,11 +38,7 @@ def tune(estimator, train, test, folds: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--folds", type=int, default=3)
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args()
+    args = arguments(__doc__, rows=20_000, folds=3)
     spark = session(args.master, "gradspark-cross-validation")
     train, test = synthetic(spark, args.rows).randomSplit([0.8, 0.2], seed=1)
     train, test = train.cache(), test.cache()

@@ -10,10 +10,9 @@ LinearRegression is fitted on the same rows.
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from example_data import session
+from example_data import arguments, session
 from pyspark.ml.evaluation import RegressionEvaluator
 from pyspark.ml.feature import VectorAssembler
 from pyspark.ml.regression import LinearRegression
@@ -33,10 +32,7 @@ WHERE o.quantity > 0
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args()
+    args = arguments(__doc__, rows=20_000)
     spark = session(args.master, "gradspark-sql-pipeline")
     orders = spark.range(args.rows, numPartitions=4).select(
         (F.col("id") % 500).alias("customer"),

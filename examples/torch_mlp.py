@@ -9,10 +9,9 @@ any Spark ML model.
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from example_data import FEATURE_COLUMNS, session, synthetic
+from example_data import FEATURE_COLUMNS, arguments, session, synthetic
 from pyspark.ml.evaluation import MulticlassClassificationEvaluator
 from pyspark.ml.feature import VectorAssembler
 from pyspark.sql import functions as F
@@ -34,11 +33,7 @@ def cross_entropy(output, target):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=6_000)
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args()
+    args = arguments(__doc__, rows=6_000, epochs=5)
     spark = session(args.master, "gradspark-torch")
     # Three classes: the binary label, split by the sign of x4.
     data = synthetic(spark, args.rows).withColumn(

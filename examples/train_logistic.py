@@ -11,12 +11,11 @@ accuracy and the agreement of the coefficients.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 
 import numpy as np
-from example_data import FEATURE_COLUMNS, TRUE_COEFFICIENTS, session, synthetic
+from example_data import FEATURE_COLUMNS, TRUE_COEFFICIENTS, arguments, session, synthetic
 from pyspark.ml import Pipeline
 from pyspark.ml.classification import LogisticRegression
 from pyspark.ml.evaluation import BinaryClassificationEvaluator, MulticlassClassificationEvaluator
@@ -24,11 +23,9 @@ from pyspark.ml.feature import VectorAssembler
 
 from gradspark import SGDLogisticRegression
 
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=50_000)
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args()
+    args = arguments(__doc__, rows=50_000)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     spark = session(args.master, "gradspark-demo")

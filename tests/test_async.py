@@ -87,12 +87,18 @@ def test_async_param_errors(classification_data):
         SGDLogisticRegression(mode="async", optimizer="sgd", workerTimeout=0).fit(df)
 
 
-def _attack(found: list) -> None:
-    """Wait for the fit's server, then throw bad frames and a wrong-length gradient at it."""
-    deadline = time.monotonic() + 60
+def _fit_server(seconds: float = 60.0):
+    """The running fit's parameter server, once it is up (None if none comes)."""
+    deadline = time.monotonic() + seconds
     while not running_servers() and time.monotonic() < deadline:
         time.sleep(0.005)
-    server = running_servers()[0]
+    servers = running_servers()
+    return servers[0] if servers else None
+
+
+def _attack(found: list) -> None:
+    """Wait for the fit's server, then throw bad frames and a wrong-length gradient at it."""
+    server = _fit_server()
     found.append(server)
     for junk in (b"\x00" * 64, b"GSPS\x01\x02\x00\x00\xff\xff\xff\xff"):
         with socket.create_connection(server.address, timeout=5) as s:
@@ -182,11 +188,9 @@ def test_a_fit_under_fuzzing_gives_the_undisturbed_result(classification_data, m
     sent: list = []
 
     def attack(seed: int) -> None:
-        deadline = time.monotonic() + 60
-        while not running_servers() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        if running_servers():
-            fuzz(running_servers()[0], 30.0, seed, sent)  # stops when the server closes
+        server = _fit_server()
+        if server is not None:
+            fuzz(server, 30.0, seed, sent)  # stops when the server closes
 
     fuzzers = [threading.Thread(target=attack, args=(seed,)) for seed in range(4)]
     for f in fuzzers:
