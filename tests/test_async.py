@@ -113,13 +113,19 @@ def _attack(found: list) -> None:
     intruder.close()
 
 
+def _undisturbed_then_slowed(df, monkeypatch, max_iter: int, slow_seconds: float):
+    """(params, reference model): the reference fit runs first; later fits get a
+    straggler, which keeps them running during an attack and changes no arithmetic."""
+    params = dict(ADAM, maxIter=max_iter, mode="async", maxStaleness=0, **LOOPBACK)
+    reference = SGDLogisticRegression(**params).fit(df)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, json.dumps({"slow_partition": 0,
+                                                         "slow_seconds": slow_seconds}))
+    return params, reference
+
+
 def test_hostile_frames_during_a_fit_change_nothing(classification_data, monkeypatch):
     df, *_ = classification_data
-    params = dict(ADAM, maxIter=30, mode="async", maxStaleness=0, **LOOPBACK)
-    reference = SGDLogisticRegression(**params).fit(df)
-    # A straggler keeps the fit running while the attack happens; it changes no arithmetic.
-    monkeypatch.setenv(ENVIRONMENT_VARIABLE, json.dumps({"slow_partition": 0,
-                                                         "slow_seconds": 0.03}))
+    params, reference = _undisturbed_then_slowed(df, monkeypatch, 30, 0.03)
     found: list = []
     attacker = threading.Thread(target=_attack, args=(found,))
     attacker.start()
@@ -181,10 +187,7 @@ def test_a_fit_under_fuzzing_gives_the_undisturbed_result(classification_data, m
     # Four fuzzers throw random bytes, plausible headers and tampered authenticated
     # frames at the fit's server for as long as it runs; the weights must not move.
     df, *_ = classification_data
-    params = dict(ADAM, maxIter=40, mode="async", maxStaleness=0, **LOOPBACK)
-    reference = SGDLogisticRegression(**params).fit(df)
-    monkeypatch.setenv(ENVIRONMENT_VARIABLE, json.dumps({"slow_partition": 0,
-                                                         "slow_seconds": 0.05}))
+    params, reference = _undisturbed_then_slowed(df, monkeypatch, 40, 0.05)
     sent: list = []
 
     def attack(seed: int) -> None:

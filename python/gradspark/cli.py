@@ -272,11 +272,15 @@ def train(spark: SparkSession, job: dict) -> dict:
                          if fraction > 0 else (df, df))
     model = Pipeline(stages=feature_stages(df, features) + [estimator]).fit(train_df)
     fitted = model.stages[-1]
-    scored = model.transform(test_df)
+    # Cached: each metric is a pass, and the split would be re-read and re-scored.
+    scored = model.transform(test_df).cache()
     family = ("linear" if kind == "torch" and fitted.getLabelDtype() != "int64" else kind)
     binary = kind == "svc" or (kind == "logistic" and fitted.numClasses == 2)
-    metrics = {name: evaluator.evaluate(scored)
-               for name, evaluator in _evaluators(family, label, binary).items()}
+    try:
+        metrics = {name: evaluator.evaluate(scored)
+                   for name, evaluator in _evaluators(family, label, binary).items()}
+    finally:
+        scored.unpersist()
     history = list(fitted.summary.objectiveHistory) if fitted.hasSummary else []
     report = {"model": kind, "metrics": metrics, "heldOutFraction": fraction,
               "features": features, "params": job["params"], "lossHistory": history,
