@@ -5,10 +5,11 @@ from __future__ import annotations
 import secrets
 import socket
 import time
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Tuple, Union
 
 import numpy as np
 
+from gradspark.comm.compression import Encoded
 from gradspark.ps.wire import (
     FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, session_key,
 )
@@ -56,10 +57,14 @@ class ParameterClient:
         return Weights(clock, version, bool(stop), message.array)
 
     def push(self, clock: int, version: int, loss_sum: float, weight_sum: float, count: int,
-             vector: np.ndarray) -> bool:
-        """False when the server dropped the gradient as stale (the worker was evicted)."""
-        self.channel.send(Kind.PUSH, (clock, version, loss_sum, weight_sum, count),
-                          np.asarray(vector, dtype=np.float64))
+             vector: Union[np.ndarray, Encoded]) -> bool:
+        """False when the server dropped the gradient as stale (the worker was evicted).
+
+        ``vector``: float64 values, or a message from :mod:`gradspark.comm.compression`.
+        """
+        if not isinstance(vector, Encoded):
+            vector = np.asarray(vector, dtype=np.float64)
+        self.channel.send(Kind.PUSH, (clock, version, loss_sum, weight_sum, count), vector)
         return bool(self.channel.expect(Kind.ACK).fields[0])
 
     def done(self) -> None:

@@ -19,6 +19,7 @@ from typing import Dict, Optional, Protocol, Tuple
 
 import numpy as np
 
+from gradspark.comm.traffic import Traffic
 from gradspark.ps.wire import (
     FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, ProtocolError, session_key,
 )
@@ -67,6 +68,7 @@ class ParameterServer:
         self.rejected_frames = 0
         self.rejected_gradients = 0
         self.refused_connections = 0
+        self.traffic = Traffic()
         self.closed = False
         self._lock = threading.Lock()
         self._connections: Dict[int, socket.socket] = {}
@@ -142,9 +144,12 @@ class ParameterServer:
 
     def _serve(self, conn: socket.socket, peer) -> None:
         worker: Optional[int] = None
+        channel: Optional[Channel] = None
         try:
             conn.settimeout(self.handshake_timeout)
-            worker, attempt, channel = self._handshake(conn)
+            channel = Channel(conn, self.secret, HANDSHAKE_LIMIT)
+            worker, attempt = self._handshake(channel)
+            self.traffic.watch(channel)
             conn.settimeout(None)  # gradients may take long; silence is the clock's business
             channel.send(Kind.WELCOME, (self.handler.on_hello(worker, attempt),
                                         self.handler.vector_size))
@@ -154,12 +159,14 @@ class ParameterServer:
                     clock, version, stop, weights = self.handler.on_pull(worker)
                     channel.send(Kind.WEIGHTS, (clock, version, int(stop)), weights)
                 elif message.kind == Kind.PUSH:
-                    problem = self._check_gradient(message)
-                    if problem is not None:
+                    try:
+                        vector = message.vector(self.handler.vector_size)
+                    except ProtocolError as problem:
                         self._reject(peer, f"worker {worker}: {problem}", gradient=True)
-                        channel.send(Kind.ERROR, text=problem)
+                        channel.send(Kind.ERROR, text=str(problem))
                         return
-                    accepted = self.handler.on_push(worker, *message.fields, message.array)
+                    self.traffic.gradient(channel)
+                    accepted = self.handler.on_push(worker, *message.fields, vector)
                     channel.send(Kind.ACK, (int(accepted),))
                 else:
                     self.handler.on_done(worker)
@@ -175,14 +182,15 @@ class ParameterServer:
                 self._reject(peer, "connection closed before authenticating")
             # otherwise the peer went away (a failed task): the clock deals with it
         finally:
+            if channel is not None:
+                self.traffic.unwatch(channel)
             if worker is not None:
                 self.handler.on_disconnect(worker)
             with self._lock:
                 self._connections.pop(id(conn), None)
             conn.close()
 
-    def _handshake(self, conn: socket.socket):
-        channel = Channel(conn, self.secret, HANDSHAKE_LIMIT)
+    def _handshake(self, channel: Channel):
         server_nonce = secrets.token_bytes(NONCE_SIZE)
         channel.send(Kind.CHALLENGE, (server_nonce,))
         channel.context = server_nonce
@@ -192,11 +200,4 @@ class ParameterServer:
             raise ProtocolError(f"unknown worker {worker} (expected < {self.num_workers})")
         channel.key = session_key(self.secret, server_nonce, client_nonce)
         channel.limit = self.limit
-        return worker, attempt, channel
-
-    def _check_gradient(self, message) -> Optional[str]:
-        vector = message.array
-        if vector is None or vector.shape[0] != self.handler.vector_size:
-            size = 0 if vector is None else vector.shape[0]
-            return f"gradient of length {size}, expected {self.handler.vector_size}"
-        return None
+        return worker, attempt

@@ -6,8 +6,11 @@ A frame is a 12-byte header, a payload and a 32-byte HMAC-SHA256 tag::
     payload = fixed-size fields of the kind (network order) | array bytes (little-endian)
     tag     = HMAC(key, context | sequence u64 | header | payload)
 
-Nothing is unpickled: arrays are ``float64``/``float32`` buffers read with
-``np.frombuffer``. The length prefix is checked against a per-connection limit
+Nothing is unpickled: arrays are little-endian buffers read with
+``np.frombuffer``. The dtype byte says how the array is encoded
+(:mod:`gradspark.comm.compression`): dense float64 or float32; dense
+float16 preceded by a float64 scale; or sparse, ``nnz`` uint32 indices
+(strictly increasing) followed by ``nnz`` float64 or float32 values. The length prefix is checked against a per-connection limit
 before anything is allocated. The handshake proves both ends hold the per-fit
 secret without sending it; each direction numbers its frames, so a frame cannot
 be replayed, reordered or moved to another connection::
@@ -19,6 +22,7 @@ be replayed, reordered or moved to another connection::
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import hmac
@@ -28,6 +32,8 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
+
+from gradspark.comm.compression import F16, F32, F64, INDEX, Encoded
 
 MAGIC = b"GSPS"
 VERSION = 1
@@ -62,8 +68,10 @@ FIELDS = {
     Kind.ERROR: struct.Struct("!"),
 }
 
-DTYPES = {0: None, 1: np.dtype("<f8"), 2: np.dtype("<f4")}
-DTYPE_CODES = {np.dtype("<f8"): 1, np.dtype("<f4"): 2}
+# dtype byte -> (value dtype, sparse). 0: no array.
+ENCODINGS = {1: (F64, False), 2: (F32, False), 3: (F16, False), 4: (F64, True), 5: (F32, True)}
+ENCODING_CODES = {value: code for code, value in ENCODINGS.items()}
+SCALE = struct.Struct("<d")  # a float16 array's scale, before its values
 
 
 class ProtocolError(Exception):
@@ -74,8 +82,65 @@ class ProtocolError(Exception):
 class Message:
     kind: Kind
     fields: Tuple
-    array: Optional[np.ndarray] = None
+    array: Optional[np.ndarray] = None  # dense float64 / float32 arrays, as float64
     text: str = ""
+    encoded: Optional[Encoded] = None  # float16 and sparse arrays, decoded by vector()
+
+    def vector(self, size: int) -> np.ndarray:
+        """The array as ``size`` float64 values; ProtocolError if it cannot be that."""
+        if self.encoded is None:
+            length = 0 if self.array is None else self.array.shape[0]
+            if length != size:
+                raise ProtocolError(f"vector of length {length}, expected {size}")
+            return self.array
+        indices = self.encoded.indices
+        if indices is not None and indices.size:
+            if int(indices[-1]) >= size or np.any(np.diff(indices.astype(np.int64)) <= 0):
+                raise ProtocolError(f"sparse indices not strictly increasing below {size}")
+        elif indices is None and self.encoded.values.shape[0] != size:
+            raise ProtocolError(f"vector of length {self.encoded.values.shape[0]}, "
+                                f"expected {size}")
+        return dataclasses.replace(self.encoded, size=size).decode()
+
+
+def encode_array(array) -> Tuple[int, bytes]:
+    """(dtype byte, bytes) of an ndarray (dense) or an :class:`Encoded` message."""
+    if not isinstance(array, Encoded):
+        array = np.ascontiguousarray(array)
+        little = array.dtype.newbyteorder("<")
+        return ENCODING_CODES[(little, False)], array.astype(little, copy=False).tobytes()
+    code = ENCODING_CODES[(array.values.dtype, array.indices is not None)]
+    parts = [SCALE.pack(array.scale)] if array.values.dtype == F16 else []
+    if array.indices is not None:
+        parts.append(array.indices.astype(INDEX, copy=False).tobytes())
+    parts.append(array.values.tobytes())
+    return code, b"".join(parts)
+
+
+def decode_array(code: int, body: bytes, kind: "Kind"):
+    """The inverse of :func:`encode_array`: a dense float64 array, or an Encoded."""
+    dtype, sparse = ENCODINGS[code]
+    scale = 1.0
+    if dtype == F16:
+        if len(body) < SCALE.size:
+            raise ProtocolError(f"{kind.name} float16 array without its scale")
+        (scale,) = SCALE.unpack_from(body)
+        if not (np.isfinite(scale) and scale > 0):
+            raise ProtocolError(f"{kind.name} float16 array with scale {scale}")
+        body = body[SCALE.size:]
+    entry = dtype.itemsize + (INDEX.itemsize if sparse else 0)
+    if len(body) % entry:
+        raise ProtocolError(f"{kind.name} array of {len(body)} bytes is not a whole "
+                            f"number of {entry}-byte entries")
+    count = len(body) // entry
+    if sparse:
+        indices = np.frombuffer(body, dtype=INDEX, count=count)
+        values = np.frombuffer(body, dtype=dtype, offset=INDEX.itemsize * count)
+        return Encoded(-1, values, indices)  # the size is the receiver's to check
+    values = np.frombuffer(body, dtype=dtype)
+    if dtype == F16:
+        return Encoded(count, values, scale=scale)
+    return values.astype(np.float64)
 
 
 def tag(key: bytes, context: bytes, sequence: int, header: bytes, payload: bytes) -> bytes:
@@ -115,15 +180,16 @@ class Channel:
         self.limit = limit  # largest payload accepted, checked before reading it
         self.sent = 0
         self.received = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.last_received_bytes = 0
 
-    def send(self, kind: Kind, fields: Tuple = (), array: Optional[np.ndarray] = None,
-             text: str = "") -> None:
+    def send(self, kind: Kind, fields: Tuple = (), array=None, text: str = "") -> None:
+        """``array``: an ndarray (sent dense) or an :class:`Encoded` message."""
         body = b""
         dtype = 0
         if array is not None:
-            array = np.ascontiguousarray(array)
-            dtype = DTYPE_CODES[array.dtype.newbyteorder("<")]
-            body = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+            dtype, body = encode_array(array)
         elif text:
             body = text.encode("utf-8", "replace")
         payload = FIELDS[kind].pack(*fields) + body
@@ -131,13 +197,14 @@ class Channel:
         mac = tag(self.key, self.context, self.sent, header, payload)
         self.sock.sendall(header + payload + mac)
         self.sent += 1
+        self.bytes_sent += len(header) + len(payload) + len(mac)
 
     def recv(self) -> Message:
         header = _recv_exactly(self.sock, HEADER.size)
         magic, version, kind, dtype, length = HEADER.unpack(header)
         if magic != MAGIC or version != VERSION:
             raise ProtocolError("not a gradspark frame (bad magic or version)")
-        if kind not in Kind._value2member_map_ or dtype not in DTYPES:
+        if kind not in Kind._value2member_map_ or (dtype and dtype not in ENCODINGS):
             raise ProtocolError(f"unknown frame kind {kind} or dtype {dtype}")
         if length > self.limit:
             raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self.limit}")
@@ -147,6 +214,8 @@ class Channel:
                                             payload)):
             raise ProtocolError("authentication failed (bad tag)")
         self.received += 1
+        self.last_received_bytes = HEADER.size + length + TAG_SIZE
+        self.bytes_received += self.last_received_bytes
         kind = Kind(kind)
         layout = FIELDS[kind]
         if len(payload) < layout.size:
@@ -154,16 +223,14 @@ class Channel:
         fields, body = layout.unpack_from(payload), payload[layout.size:]
         if kind == Kind.ERROR:
             return Message(kind, fields, text=body.decode("utf-8", "replace"))
-        array = None
         if dtype:
-            itemsize = DTYPES[dtype].itemsize
-            if len(body) % itemsize:
-                raise ProtocolError(f"{kind.name} array of {len(body)} bytes is not a whole "
-                                    f"number of {itemsize}-byte values")
-            array = np.frombuffer(body, dtype=DTYPES[dtype]).astype(np.float64)
-        elif body:
+            array = decode_array(dtype, body, kind)
+            if isinstance(array, Encoded):
+                return Message(kind, fields, encoded=array)
+            return Message(kind, fields, array)
+        if body:
             raise ProtocolError(f"{kind.name} frame has {len(body)} unexpected bytes")
-        return Message(kind, fields, array)
+        return Message(kind, fields)
 
     def expect(self, *kinds: Kind) -> Message:
         message = self.recv()

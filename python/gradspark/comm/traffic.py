@@ -1,0 +1,69 @@
+"""Bytes and messages through a parameter server: what each step costs on the wire.
+
+Counted per frame as it is written or read (header, payload and tag), on
+the server's side of every connection: for the driver's server that is
+everything that crosses the driver's network interface for training.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Dict
+
+
+class Traffic:
+    """Running totals over the connections a server has had (open ones included)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: Dict[int, object] = {}
+        self._closed = {"bytesSent": 0, "bytesReceived": 0, "messagesSent": 0,
+                         "messagesReceived": 0}
+        self.gradient_messages = 0
+        self.gradient_bytes = 0
+
+    def watch(self, channel) -> None:
+        with self._lock:
+            self._open[id(channel)] = channel
+
+    def unwatch(self, channel) -> None:
+        with self._lock:
+            if self._open.pop(id(channel), None) is not None:
+                self._add(self._closed, channel)
+
+    def gradient(self, channel) -> None:
+        """Count the frame ``channel`` last received as a gradient (a PUSH)."""
+        with self._lock:
+            self.gradient_messages += 1
+            self.gradient_bytes += channel.last_received_bytes
+
+    @staticmethod
+    def _add(totals: Dict[str, int], channel) -> None:
+        totals["bytesSent"] += channel.bytes_sent
+        totals["bytesReceived"] += channel.bytes_received
+        totals["messagesSent"] += channel.sent
+        totals["messagesReceived"] += channel.received
+
+    def totals(self) -> Dict[str, int]:
+        with self._lock:
+            totals = dict(self._closed)
+            for channel in self._open.values():
+                self._add(totals, channel)
+            totals["gradientMessages"] = self.gradient_messages
+            totals["gradientBytes"] = self.gradient_bytes
+        return totals
+
+
+
+def per_step(totals: Dict[str, float], steps: int) -> Dict[str, float]:
+    """Per-step figures of :meth:`Traffic.totals` (``{}`` without traffic), for a summary.
+
+    A step is one optimizer step of the fit (``totalIterations``), so local SGD's
+    rounds of several steps show as fewer bytes per step.
+    """
+    if "bytesSent" not in totals:
+        return {}
+    steps = max(steps, 1)
+    return {"bytesSentPerStep": totals["bytesSent"] / steps,
+            "bytesReceivedPerStep": totals["bytesReceived"] / steps,
+            "meanGradientBytes": totals["gradientBytes"] / max(totals["gradientMessages"], 1)}
