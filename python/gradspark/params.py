@@ -26,6 +26,8 @@ from pyspark.ml.param.shared import (
     HasWeightCol,
 )
 
+from gradspark.comm.compression import COMPRESSIONS
+
 OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam")
 SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")
 MODES = ("sync", "async")
@@ -179,6 +181,76 @@ class HasEngine(Params):
         return self.getOrDefault(self.aggregationTopology)
 
 
+class HasCommunication(Params):
+    """What workers send and how often (see :mod:`gradspark.comm` and ``docs`` in README)."""
+
+    compression: Param[str] = Param(
+        Params._dummy(),
+        "compression",
+        "what workers do to the gradients they send (async mode and resident workers): "
+        "'none' (exact; sparse vectors go as index/value pairs when smaller), 'fp16' "
+        "(scaled float16, a quarter of the bytes) or 'topk' (the compressionRatio largest "
+        "values); lossy ones keep an error-feedback residual per worker",
+        typeConverter=_one_of("compression", COMPRESSIONS),
+    )
+    compressionRatio: Param[float] = Param(
+        Params._dummy(),
+        "compressionRatio",
+        "compression='topk': fraction of a gradient's values sent each step, in (0, 1]",
+        typeConverter=TypeConverters.toFloat,
+    )
+    errorFeedback: Param[bool] = Param(
+        Params._dummy(),
+        "errorFeedback",
+        "lossy compression: add what a message left out to the worker's next one, so no "
+        "gradient is lost, only delayed (without it top-k stalls)",
+        typeConverter=TypeConverters.toBoolean,
+    )
+    localSteps: Param[int] = Param(
+        Params._dummy(),
+        "localSteps",
+        "sync mode: steps each resident worker takes on its own rows between exchanges "
+        "(local SGD / periodic model averaging); 1 is ordinary sync",
+        typeConverter=TypeConverters.toInt,
+    )
+    workerQuorum: Param[float] = Param(
+        Params._dummy(),
+        "workerQuorum",
+        "sync mode, resident workers (star): fraction of workers a step waits for; the "
+        "slowest ones' answers are dropped for that step (backup workers), so a straggler "
+        "does not set the pace; 1.0 waits for all (exact full-batch steps)",
+        typeConverter=TypeConverters.toFloat,
+    )
+
+    def getCompression(self) -> str:
+        return self.getOrDefault(self.compression)
+
+    def getCompressionRatio(self) -> float:
+        return self.getOrDefault(self.compressionRatio)
+
+    def getErrorFeedback(self) -> bool:
+        return self.getOrDefault(self.errorFeedback)
+
+    def getLocalSteps(self) -> int:
+        return self.getOrDefault(self.localSteps)
+
+    def getWorkerQuorum(self) -> float:
+        return self.getOrDefault(self.workerQuorum)
+
+    def needsResidentWorkers(self) -> str:
+        """Why sync mode must keep resident workers for these Params ('' if it need not)."""
+        if self.getMode() != "sync":
+            return ""
+        reasons = []
+        if self.getCompression() != "none":
+            reasons.append(f"compression={self.getCompression()!r}")
+        if self.getLocalSteps() > 1:
+            reasons.append(f"localSteps={self.getLocalSteps()}")
+        if self.getWorkerQuorum() < 1.0:
+            reasons.append(f"workerQuorum={self.getWorkerQuorum()}")
+        return ", ".join(reasons)
+
+
 class HasBlockSize(Params):
     blockSize: Param[int] = Param(
         Params._dummy(),
@@ -263,6 +335,7 @@ class SGDParams(
     HasOptimizer,
     HasMode,
     HasEngine,
+    HasCommunication,
     HasBlockSize,
     HasCheckpoints,
     HasCheckpointData,
@@ -293,6 +366,11 @@ class SGDParams(
             engine="auto",
             executionStrategy="auto",
             aggregationTopology="star",
+            compression="none",
+            compressionRatio=0.01,
+            errorFeedback=True,
+            localSteps=1,
+            workerQuorum=1.0,
             blockSize=4096,
             checkpointDir="",
             checkpointInterval=10,
@@ -303,6 +381,34 @@ class SGDParams(
             # PYTHONHASHSEED from process to process; a CRC is stable.
             seed=zlib.crc32(type(self).__name__.encode()),
         )
+
+
+def _validate_communication(params: SGDParams) -> None:
+    if not 0.0 < params.getCompressionRatio() <= 1.0:
+        raise ValueError(f"compressionRatio must be in (0, 1], got {params.getCompressionRatio()}")
+    if params.getLocalSteps() < 1:
+        raise ValueError(f"localSteps must be >= 1, got {params.getLocalSteps()}")
+    if not 0.0 < params.getWorkerQuorum() <= 1.0:
+        raise ValueError(f"workerQuorum must be in (0, 1], got {params.getWorkerQuorum()}")
+    if params.getMode() == "async" and (params.getLocalSteps() > 1
+                                        or params.getWorkerQuorum() < 1.0):
+        raise ValueError("localSteps and workerQuorum are sync-mode levers; async mode "
+                         "already lets workers run ahead (maxStaleness)")
+    resident = params.needsResidentWorkers()
+    if not resident:
+        return
+    if params.getEngine() == "jvm" or params.getExecutionStrategy() == "jobPerStep":
+        raise ValueError(
+            f"{resident} needs long-running workers that keep state between steps "
+            "(executionStrategy='resident' or 'auto', engine='python' or 'auto'); "
+            "a job per step has none"
+        )
+    if params.getOptimizer() == "lbfgs":
+        raise ValueError(f"{resident} needs a first-order optimizer ('sgd', 'adagrad' or "
+                         "'adam'): L-BFGS's line search needs exact full-batch gradients")
+    if params.getWorkerQuorum() < 1.0 and params.getAggregationTopology() == "tree":
+        raise ValueError("workerQuorum < 1 needs aggregationTopology='star': in a tree a "
+                         "node's answer carries its whole subtree")
 
 
 def validate_sgd_params(params: SGDParams) -> None:
@@ -332,6 +438,7 @@ def validate_sgd_params(params: SGDParams) -> None:
             "executionStrategy='resident' runs numpy kernels in resident Python workers; "
             "use engine='python' or 'auto' with it (engine='jvm' is jobPerStep only)"
         )
+    _validate_communication(params)
     if params.getMaxIter() < 0:
         raise ValueError(f"maxIter must be >= 0, got {params.getMaxIter()}")
     if params.getRegParam() < 0:

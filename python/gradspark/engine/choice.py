@@ -81,16 +81,22 @@ def cached_bytes(sc, rdd_id: int) -> float:
 
 
 def choose(engine: str, strategy: str, mode: str, jvm_data: bool, bytes_per_worker: float,
-           resident_busy: bool = False, optimizer: str = "lbfgs") -> EngineChoice:
+           resident_busy: bool = False, optimizer: str = "lbfgs",
+           resident_needed: str = "") -> EngineChoice:
     """Resolve ``auto`` once the data pass has told us the size of the blocks.
 
     ``resident_busy``: another fit of the session holds resident workers (e.g.
     ``CrossValidator(parallelism=...)``); auto then runs jobs instead of waiting.
+    ``resident_needed``: the Params that only resident workers implement
+    (compression, local SGD, a worker quorum); auto then keeps them resident
+    whatever the size, waiting for the slots if another fit holds them.
     """
     if mode == "async":
         return EngineChoice("python", "async", "async mode: resident Python workers")
     if strategy == "auto":
-        if engine == "jvm":
+        if resident_needed:
+            strategy, why = "resident", f"{resident_needed} needs resident workers"
+        elif engine == "jvm":
             strategy, why = "jobPerStep", "engine='jvm' runs one job per step"
         elif resident_busy:
             strategy, why = "jobPerStep", ("another fit of this session holds the resident "

@@ -16,6 +16,17 @@ task wrapper. Only the handler differs: instead of an SSP clock it keeps one
 round at a time. In the WEIGHTS frame the ``clock`` field carries the round
 and ``version`` the step and whether to sample it: ``2 * step + sampled``.
 
+Communication (:mod:`gradspark.comm`): a worker's answer may be
+compressed (``compression``; each worker keeps its own error-feedback
+residual for the whole fit), and ``quorum < 1`` closes a round once that
+fraction of the workers has answered ("backup workers", Chen et al. 2016):
+a slow executor no longer sets the pace, but a step then sums only the
+partitions of the workers that answered first -- an unbiased sample only if
+which worker is slow is random; a worker that is always slow is always left
+out. Answers for a closed round are dropped (and counted). Local SGD
+(:mod:`gradspark.trainer.local_sgd`) runs on the same rounds with another
+``respond`` function.
+
 Failures: a failed task is retried by Spark; it reconnects, reloads its
 blocks and answers the round in progress. A stage that fails for good (or a
 round not answered within ``timeout`` seconds) raises on the driver, in the
@@ -29,15 +40,17 @@ import functools
 import json
 import logging
 import math
+import operator
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from gradspark.comm.compression import Compression
 from gradspark.engine.python import grouped_sums
-from gradspark.engine.sums import GradientSums, add_sums, split_map
+from gradspark.engine.sums import GradientSums, split_map
 from gradspark.faults import fault_plan
 from gradspark.losses import Loss
 from gradspark.params import TOPOLOGIES
@@ -52,6 +65,27 @@ class WorkersFailed(RuntimeError):
     """The resident workers' stage ended (failed or cancelled) before the fit did."""
 
 
+class Answer(NamedTuple):
+    """A worker's reply to a round: a vector, and the rows behind it."""
+
+    vector: np.ndarray
+    loss_sum: float
+    weight_sum: float
+    count: int
+
+    def __add__(self, other: "Answer") -> "Answer":  # type: ignore[override]
+        return Answer(self.vector + other.vector, self.loss_sum + other.loss_sum,
+                      self.weight_sum + other.weight_sum, self.count + other.count)
+
+    @classmethod
+    def of_sums(cls, sums: GradientSums) -> "Answer":
+        return cls(sums.vector(), sums.loss_sum, sums.weight_sum, sums.count)
+
+    def sums(self, num_features: int, num_outputs: int) -> GradientSums:
+        return GradientSums.from_vector(self.vector, num_features, num_outputs, self.loss_sum,
+                                        self.weight_sum, self.count)
+
+
 class GradientRounds:
     """One round at a time: publish a linear map, collect the answers of ``expected`` workers.
 
@@ -61,23 +95,25 @@ class GradientRounds:
     server connection thread and holds ``self.lock``.
     """
 
-    def __init__(self, expected: Sequence[int], num_features: int, num_outputs: int,
-                 vector_size: int, relay: bool = False) -> None:
+    def __init__(self, expected: Sequence[int], vector_size: int, relay: bool = False,
+                 quorum: float = 1.0) -> None:
         self.expected = list(expected)
+        # Answers a round waits for: all of them, or the first quorum fraction.
+        self.needed = max(1, math.ceil(quorum * len(self.expected)))
         # What a hello is answered with: the attempt the connecting worker is in. The
         # driver counts each worker's connections; a relay passes on its own attempt,
         # which it learns from upstream (a barrier stage restarts every task at once).
         self.relay = relay
         self.attempt: Optional[int] = None
         self.hellos: Dict[int, int] = {}
-        self.num_features = num_features
-        self.num_outputs = num_outputs
         self.vector_size = vector_size
         self.lock = threading.Condition()
         self.round = 0  # the round in progress; 0 before the first
         self.sample_code = 0
         self.vector = np.zeros(vector_size)
-        self.answers: Dict[int, GradientSums] = {}
+        self.answers: Dict[int, Answer] = {}
+        self.used = {w: 0 for w in self.expected}  # answers that went into a step
+        self.late = 0  # answers that came after their round closed (quorum < 1)
         self.stopped = False
         self.failure: Optional[BaseException] = None
         self.reconnects = 0
@@ -114,9 +150,9 @@ class GradientRounds:
         with self.lock:
             if (self.stopped or clock != self.round or worker in self.answers
                     or worker not in self.expected):
+                self.late += int(clock < self.round)
                 return False
-            self.answers[worker] = GradientSums.from_vector(
-                vector, self.num_features, self.num_outputs, loss_sum, weight_sum, count)
+            self.answers[worker] = Answer(vector, loss_sum, weight_sum, count)
             self.lock.notify_all()
             return True
 
@@ -143,11 +179,12 @@ class GradientRounds:
                 round_, vector, sample_code, {}
             self.lock.notify_all()
 
-    def collect(self, timeout: float) -> Optional[GradientSums]:
-        """Wait for every expected worker's answer; their sum, in worker order."""
+    def collect(self, timeout: float) -> Answer:
+        """Wait for the expected workers' answers (all, or a quorum); their sum, in worker
+        order."""
         with self.lock:
             deadline = time.monotonic() + timeout
-            while len(self.answers) < len(self.expected):
+            while len(self.answers) < self.needed:
                 if self.failure is not None:
                     raise WorkersFailed(f"resident workers failed: {self.failure}") \
                         from self.failure
@@ -161,11 +198,13 @@ class GradientRounds:
                         f"within {timeout:.0f} s (workerTimeout); are there enough task "
                         "slots for every worker?")
                 self.lock.wait(timeout=min(left, 1.0))
-            answers = [self.answers[w] for w in self.expected]
-        return functools.reduce(add_sums, answers, None)
+            answered = [w for w in self.expected if w in self.answers]
+            for w in answered:
+                self.used[w] += 1
+            answers = [self.answers[w] for w in answered]
+        return functools.reduce(operator.add, answers)
 
-    def request(self, vector: np.ndarray, sample_code: int,
-                timeout: float) -> Optional[GradientSums]:
+    def request(self, vector: np.ndarray, sample_code: int, timeout: float) -> Answer:
         """The driver's step: the next round, published and collected."""
         self.publish(self.round + 1, vector, sample_code)
         return self.collect(timeout)
@@ -207,29 +246,55 @@ class Tree:
         return levels
 
 
-def worker_sums(request, groups, loss: Loss, num_features: int, num_outputs: int,
-                fraction: float, seed: int, attempt: int, faults) -> GradientSums:
-    """This worker's own sums for a pulled round (see the module docs for the encoding)."""
-    step, sampled = divmod(request.version, 2)
-    if faults is not None:
-        for partition in groups:
-            faults.before_batch(partition, step, attempt)
-    coef, offset, aux = split_map(request.vector, num_features, num_outputs)
-    return grouped_sums(groups, loss, coef, offset, aux, fraction if sampled else 1.0, seed,
-                        step) or GradientSums.zeros(num_features, num_outputs, loss.num_aux)
+@dataclass(frozen=True)
+class GradientResponse:
+    """A worker's answer to a gradient round: the sums of its rows at the published map.
+
+    Picklable; it travels to the workers in the stage's closure. Every
+    ``respond`` function (see also :mod:`gradspark.trainer.local_sgd`) takes
+    ``(request, groups, attempt)`` and returns an :class:`Answer`.
+    """
+
+    loss: Loss
+    num_features: int
+    num_outputs: int
+    fraction: float
+    seed: int
+    faults: object = None
+    # Lossy compression: answer in the optimizer's space (LinearObjective.sums_to_theta_space)
+    objective: object = None
+
+    @property
+    def answer_size(self) -> int:
+        return self.num_features * self.num_outputs + self.num_outputs + self.loss.num_aux
+
+    def __call__(self, request, groups, attempt: int) -> Answer:
+        step, sampled = divmod(request.version, 2)
+        if self.faults is not None:
+            for partition in groups:
+                self.faults.before_batch(partition, step, attempt)
+        d, k = self.num_features, self.num_outputs
+        coef, offset, aux = split_map(request.vector, d, k)
+        sums = grouped_sums(groups, self.loss, coef, offset, aux,
+                            self.fraction if sampled else 1.0, self.seed, step) \
+            or GradientSums.zeros(d, k, self.loss.num_aux)
+        answer = Answer.of_sums(sums)
+        if self.objective is not None:
+            answer = answer._replace(vector=self.objective.sums_to_theta_space(answer.vector))
+        return answer
 
 
-def serve_rounds(client: ParameterClient, groups, loss: Loss, num_features: int,
-                 num_outputs: int, fraction: float, seed: int, faults=None,
+def serve_rounds(client: ParameterClient, groups, respond, compression: Compression,
                  relay: Optional[GradientRounds] = None, timeout: float = 300.0) -> int:
-    """A resident worker's loop: take a round's linear map, answer with its sums.
+    """A resident worker's loop: take a round's request, answer it (compressed).
 
     With ``relay`` (an inner node of a tree) the round is passed on to the
-    children first, and the answer is this worker's sums plus theirs. The
+    children first, and the answer is this worker's plus theirs. The
     attempt (for fault injection) is what the upstream's welcome said.
     """
     answered = 0
     attempt = client.start_clock
+    compress = compression.new()  # this worker's error-feedback residual lives here
     if relay is not None:
         relay.set_attempt(attempt)
     try:
@@ -239,12 +304,11 @@ def serve_rounds(client: ParameterClient, groups, loss: Loss, num_features: int,
                 break
             if relay is not None:
                 relay.publish(request.clock, request.vector, request.version)
-            sums = worker_sums(request, groups, loss, num_features, num_outputs, fraction,
-                               seed, attempt, faults)
+            answer = respond(request, groups, attempt)
             if relay is not None:
-                sums = add_sums(sums, relay.collect(timeout))
-            client.push(request.clock, request.version, sums.loss_sum, sums.weight_sum,
-                        sums.count, sums.vector())
+                answer = answer + relay.collect(timeout)
+            client.push(request.clock, request.version, answer.loss_sum, answer.weight_sum,
+                        answer.count, compress(answer.vector))
             answered += 1
         client.done()
     finally:
@@ -254,8 +318,8 @@ def serve_rounds(client: ParameterClient, groups, loss: Loss, num_features: int,
     return answered
 
 
-def tree_task(driver_address, secret: bytes, tree: Tree, loopback: bool, loop_args,
-              faults, timeout: float):
+def tree_task(driver_address, secret: bytes, tree: Tree, loopback: bool, respond,
+              compression: Compression, timeout: float):
     """The barrier task of one tree node: relay server, address exchange, then the loop."""
 
     def run(worker: int, tagged):
@@ -267,8 +331,7 @@ def tree_task(driver_address, secret: bytes, tree: Tree, loopback: bool, loop_ar
         relay = server = None
         try:
             if children:
-                loss, d, k = loop_args[:3]
-                relay = GradientRounds(children, d, k, d * k + k + loss.num_aux, relay=True)
+                relay = GradientRounds(children, respond.answer_size, relay=True)
                 host = "127.0.0.1" if loopback else \
                     ctx.getTaskInfos()[worker].address.rsplit(":", 1)[0]
                 server = ParameterServer(relay, host, tree.num_workers, secret)
@@ -277,8 +340,8 @@ def tree_task(driver_address, secret: bytes, tree: Tree, loopback: bool, loop_ar
             upstream = tuple(driver_address) if parent is None else \
                 tuple(json.loads(addresses[parent]))
             with ParameterClient(upstream, secret, worker, ctx.attemptNumber()) as client:
-                answered = serve_rounds(client, groups, *loop_args, faults=faults,
-                                        relay=relay, timeout=timeout)
+                answered = serve_rounds(client, groups, respond, compression, relay=relay,
+                                        timeout=timeout)
         finally:
             if relay is not None:
                 relay.stop()  # children waiting in a hello or a pull hear it (no-op if done)
@@ -302,6 +365,12 @@ class ResidentGradientEngine:
     and receives one message per step whatever the number of workers; it is
     a barrier stage (the nodes learn each other's addresses through
     ``allGather``), which Spark retries as a whole when a node fails.
+
+    ``compression`` applies to every answer (each worker, and each inner
+    tree node, keeps its own residual); ``quorum < 1`` (star only) closes a
+    round on the first ``ceil(quorum * workers)`` answers. ``respond``
+    replaces the gradient answer (default :class:`GradientResponse`); the
+    driver then calls :meth:`exchange` instead of :meth:`gradient_sums`.
     """
 
     strategy = "resident"
@@ -309,9 +378,20 @@ class ResidentGradientEngine:
     def __init__(self, blocks, loss: Loss, num_features: int, num_outputs: int,
                  mini_batch_fraction: float = 1.0, seed: int = 0, host: str = "",
                  timeout: float = 300.0, topology: str = "star",
-                 aggregation_depth: int = 2) -> None:
+                 aggregation_depth: int = 2, *, compression: Compression = Compression(),
+                 quorum: float = 1.0, respond=None) -> None:
         if topology not in TOPOLOGIES:
             raise ValueError(f"topology must be one of {list(TOPOLOGIES)}, got {topology!r}")
+        if not 0.0 < quorum <= 1.0:
+            raise ValueError(f"workerQuorum must be in (0, 1], got {quorum}")
+        if quorum < 1.0 and topology == "tree":
+            raise ValueError("workerQuorum < 1 needs aggregationTopology='star': in a tree "
+                             "a node's answer carries its whole subtree")
+        self.compression = compression
+        self.quorum = quorum
+        self.respond = respond
+        # Set (engine-less) before start() when compression is lossy: see GradientResponse.
+        self.objective = None
         # An RDD of Blocks, or a source from gradspark.ps.tasks (RddBlocks, FrameBlocks).
         self.source = blocks if hasattr(blocks, "run") else RddBlocks(blocks)
         self.loss = loss
@@ -341,10 +421,19 @@ class ResidentGradientEngine:
     def metrics(self) -> Dict[str, object]:
         if self.rounds is None:
             return {}
-        workers = self.tree.num_workers if self.tree else len(self.rounds.expected)
-        return {"residentWorkers": workers, "aggregationTopology": self.topology,
-                "treeDepth": self.tree.depth() if self.tree else 1,
-                "rounds": self.rounds.round, "reconnects": self.rounds.reconnects}
+        rounds = self.rounds
+        workers = self.tree.num_workers if self.tree else len(rounds.expected)
+        metrics = {"residentWorkers": workers, "aggregationTopology": self.topology,
+                   "treeDepth": self.tree.depth() if self.tree else 1,
+                   "rounds": rounds.round, "reconnects": rounds.reconnects,
+                   "compression": self.compression.name}
+        if self.quorum < 1.0:
+            metrics.update(workerQuorum=self.quorum, quorumWorkers=rounds.needed,
+                           lateAnswersDropped=rounds.late,
+                           workerAnswersUsed=[rounds.used[w] for w in rounds.expected])
+        if self.server is not None:
+            metrics.update(self.server.traffic.totals())
+        return metrics
 
     def start(self) -> None:
         """Start the server and the workers' stage (in a thread: its job runs for the fit).
@@ -360,23 +449,23 @@ class ResidentGradientEngine:
         self._holds_lock = True
         tree = self.topology == "tree"
         num_workers = self.source.num_workers()
-        d, k = self.num_features, self.num_outputs
-        vector_size = d * k + k + self.loss.num_aux
+        respond = self.respond or GradientResponse(
+            self.loss, self.num_features, self.num_outputs, self.mini_batch_fraction,
+            self.seed, fault_plan(), self.objective)
         if tree:
             require_task_slots(sc, num_workers, use_gpu=False)
             self.tree = Tree.for_depth(num_workers, self.aggregation_depth)
-        rounds = self.rounds = GradientRounds([0] if tree else range(num_workers), d, k,
-                                              vector_size)
+        rounds = self.rounds = GradientRounds([0] if tree else range(num_workers),
+                                              respond.answer_size, quorum=self.quorum)
         host = self.host or sc.getConf().get("spark.driver.host", "127.0.0.1")
         self.server = ParameterServer(rounds, host, num_workers)
-        loop_args = (self.loss, d, k, self.mini_batch_fraction, self.seed)
-        faults = fault_plan()
+        compression = self.compression
         if tree:
             task = tree_task(self.server.address, self.server.secret, self.tree,
-                             host.startswith("127."), loop_args, faults, self.timeout)
+                             host.startswith("127."), respond, compression, self.timeout)
         else:
             def loop(client, groups, attempt):
-                return serve_rounds(client, groups, *loop_args, faults=faults)
+                return serve_rounds(client, groups, respond, compression)
 
             task = resident_task(self.server.address, self.server.secret, loop)
         source = self.source
@@ -413,8 +502,19 @@ class ResidentGradientEngine:
             raise ValueError("a resident stage samples with the fraction and seed it was "
                              "started with")
         vector = np.concatenate([np.asarray(coef).ravel(), offset, aux])
-        sums = self.rounds.request(vector, 2 * step + int(sampled), self.timeout)
-        return sums if sums.count > 0 else None
+        answer = self.exchange(vector, 2 * step + int(sampled))
+        if answer.count == 0:
+            return None
+        if self.objective is not None:
+            answer = answer._replace(vector=self.objective.sums_from_theta_space(answer.vector))
+        return answer.sums(self.num_features, self.num_outputs)
+
+    def exchange(self, vector: np.ndarray, code: int) -> Answer:
+        """One round: publish ``vector`` (and ``code``: ``2 * step + sampled``), return the
+        sum of the answers."""
+        if self.rounds is None:
+            raise RuntimeError("ResidentGradientEngine used outside its `with` block")
+        return self.rounds.request(vector, code, self.timeout)
 
     def close(self) -> None:
         try:

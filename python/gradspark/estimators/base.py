@@ -13,6 +13,7 @@ domain, the loss, and how to turn coefficients into a model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -32,16 +33,20 @@ from pyspark.ml.util import (
 from pyspark.sql import DataFrame
 
 from gradspark.checkpoints import CheckpointStore, TrainingCheckpoints, data_fingerprint
+from gradspark.comm.compression import Compression
+from gradspark.comm.traffic import per_step
 from gradspark.data.dataset import TrainingData
 from gradspark.data.statistics import DataStatistics
 from gradspark.engine import PythonGradientEngine
 from gradspark.engine.choice import EngineChoice, cached_bytes, choose, data_path
 from gradspark.engine.resident import ResidentGradientEngine
+from gradspark.faults import fault_plan
 from gradspark.ps.tasks import resident_stage_running, task_slots
 from gradspark.losses import Loss
 from gradspark.params import SGDParams, validate_sgd_params
 from gradspark.report import LossCurve
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
+from gradspark.trainer.local_sgd import LocalSGDResponse, train_local_sgd
 
 logger = logging.getLogger(__name__)
 
@@ -163,8 +168,13 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
         if self.getMode() == "async":
             return AsyncConfig(max_staleness=self.getMaxStaleness(),
                                worker_timeout=self.getWorkerTimeout(),
-                               host=self.getParameterServerHost(), **common)
-        return SyncConfig(**common)
+                               host=self.getParameterServerHost(),
+                               compression=self._compression(), **common)
+        return SyncConfig(local_steps=self.getLocalSteps(), **common)
+
+    def _compression(self) -> Compression:
+        return Compression(self.getCompression(), self.getCompressionRatio(),
+                           self.getErrorFeedback())
 
     def _fit(self, dataset: DataFrame) -> "_LinearModel":
         self._validate_params()
@@ -182,12 +192,12 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             self.getAggregationDepth(),
             checkpoint_dir=self._data_checkpoint_dir(),
         )
-        with data, contextlib.ExitStack() as cleanup:
+        with data:
             stats = data.statistics
             problem = self._problem(stats)
             num_features = data.num_features
             choice = self._choose_engine(dataset.sparkSession.sparkContext, data, jvm_data)
-            engine = self._gradient_engine(cleanup, data, choice, problem)
+            engine = self._gradient_engine(data, choice, problem)
             objective = LinearObjective(
                 engine=engine,
                 loss=problem.loss,
@@ -210,13 +220,22 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             config = self._trainer_config()
             checkpoints = self._checkpoints(dataset, stats, weight_col)
             theta0 = objective.initial(problem.initial_intercepts)
+            if choice.strategy == "resident" and self._compression().lossy:
+                engine.objective = dataclasses.replace(objective, engine=None)
             if isinstance(config, AsyncConfig):
                 result = train_async(objective, theta0, config, data.block_source(),
                                      checkpoints)
+            elif config.local_steps > 1:
+                engine.respond = LocalSGDResponse.of(objective, config, fault_plan())
+                with engine:
+                    result = train_local_sgd(objective, theta0, config, engine, checkpoints)
             else:
-                result = train_sync(objective, theta0, config, checkpoints)
+                with engine if choice.strategy == "resident" else contextlib.nullcontext():
+                    result = train_sync(objective, theta0, config, checkpoints)
             coefficients, intercepts, aux = objective.original_space(result.theta)
             engine_metrics = getattr(engine, "metrics", {})
+        metrics = {**engine_metrics, **result.metrics}
+        metrics.update(per_step(metrics, result.iterations))
 
         model = self._make_model(coefficients, intercepts, aux, problem)
         model._summary = TrainingSummary(
@@ -229,7 +248,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             extra={"mode": self.getMode(), "engine": choice.kernels,
                    "executionStrategy": choice.strategy, "jvmData": jvm_data,
                    "gradientEvaluations": objective.evaluations,
-                   "resumedFromStep": result.resumed_from, **engine_metrics, **result.metrics},
+                   "resumedFromStep": result.resumed_from, **metrics},
         )
         self._copyValues(model)
         return model
@@ -239,15 +258,20 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
         bytes_per_worker = cached_bytes(sc, data.cached_rdd_id) / workers
         choice = choose(self.getEngine(), self.getExecutionStrategy(), self.getMode(),
                         jvm_data, bytes_per_worker, resident_stage_running(sc),
-                        self.getOptimizer())
+                        self.getOptimizer(), self.needsResidentWorkers())
+        if self.getCompression() == "topk" and self.getOptimizer() in ("adam", "adagrad"):
+            logger.warning("%s: compression='topk' with optimizer=%r: adaptive steps scale "
+                           "each coordinate's rare, accumulated top-k values up, which "
+                           "trains badly; use optimizer='sgd' (benchmarks/communication.py)",
+                           type(self).__name__, self.getOptimizer())
         logger.info("%s: %s kernels, %s (%s; blockified in the %s)", type(self).__name__,
                     choice.kernels, choice.strategy, choice.reason,
                     "JVM" if jvm_data else "Python workers")
         return choice
 
-    def _gradient_engine(self, cleanup: contextlib.ExitStack, data, choice: EngineChoice,
-                         problem: LinearProblem):
-        """The engine the objective calls; ``cleanup`` stops resident workers it started."""
+    def _gradient_engine(self, data, choice: EngineChoice, problem: LinearProblem):
+        """The engine the objective calls; a resident one is started by ``with engine:``
+        around the training (local SGD sets its ``respond`` first)."""
         depth = self.getAggregationDepth()
         if choice.kernels == "jvm":
             from gradspark.engine.jvm import JvmGradientEngine
@@ -257,8 +281,9 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             engine = ResidentGradientEngine(
                 data.block_source(), problem.loss, data.num_features, problem.num_outputs,
                 self.getMiniBatchFraction(), self.getSeed(), self.getParameterServerHost(),
-                self.getWorkerTimeout(), self.getAggregationTopology(), depth)
-            return cleanup.enter_context(engine)
+                self.getWorkerTimeout(), self.getAggregationTopology(), depth,
+                compression=self._compression(), quorum=self.getWorkerQuorum())
+            return engine
         return PythonGradientEngine(data.python_blocks(), problem.loss, depth)
 
 

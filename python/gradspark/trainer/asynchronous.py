@@ -25,6 +25,7 @@ measured on the weights each worker pulled, so with staleness it lags slightly.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -35,6 +36,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from gradspark.checkpoints import TrainingCheckpoints
+from gradspark.comm.compression import Compression
 from gradspark.data.blocks import Block
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, add_sums, split_map
@@ -56,6 +58,7 @@ class AsyncConfig(SyncConfig):
     max_staleness: int = 2  # < 0: no bound
     worker_timeout: float = 300.0
     host: str = ""  # address the server binds; "" = spark.driver.host
+    compression: Compression = Compression()  # what workers do to their gradients
 
 
 class _Running:
@@ -153,6 +156,8 @@ class AsyncTraining:
             if self.stopped or clock != self.clock.clocks[worker]:
                 self.stale_dropped += 1  # e.g. computed before the worker was evicted
                 return False
+            if self.config.compression.lossy:
+                vector = self.objective.sums_from_theta_space(vector)
             sums = GradientSums.from_vector(vector, self.objective.num_features,
                                             self.objective.num_outputs, loss_sum,
                                             weight_sum, count)
@@ -247,21 +252,28 @@ class AsyncTraining:
             "evictions": self.evictions,
             "reconnects": self.reconnects,
             "wallTime": time.monotonic() - self.started,
+            "compression": self.config.compression.name,
         }
+        if server is not None:
+            metrics.update(server.traffic.totals())
         return TrainingResult(self.theta, list(self.history), len(self.history),
                               self.converged, self.resumed_from, metrics)
 
 
 def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
                num_features: int, num_outputs: int, max_iter: int, fraction: float = 1.0,
-               seed: int = 0, attempt: int = 0, faults=None) -> int:
+               seed: int = 0, attempt: int = 0, faults=None,
+               compression: Compression = Compression(), objective=None) -> int:
     """A worker's loop: pull, compute the sums of a (sampled) pass, push; returns pushes.
 
     ``groups`` are the worker's blocks by input partition (see
     :func:`gradspark.ps.tasks.by_partition`); each partition samples from
-    ``(seed, step, partition)``, as in sync mode.
+    ``(seed, step, partition)``, as in sync mode. The pushed sums are
+    compressed with this worker's own error-feedback residual, in the
+    optimizer's space when ``objective`` is given (lossy compression).
     """
     worker, d, k = client.worker, num_features, num_outputs
+    compress = compression.new()
     pushes = 0
     while True:
         weights = client.pull()
@@ -272,21 +284,27 @@ def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
         coef, offset, aux = split_map(weights.vector, d, k)
         sums = grouped_sums(groups, loss, coef, offset, aux, fraction, seed, weights.clock) \
             or GradientSums.zeros(d, k, loss.num_aux)
+        vector = sums.vector()
+        if objective is not None:
+            vector = objective.sums_to_theta_space(vector)
         client.push(weights.clock, weights.version, sums.loss_sum, sums.weight_sum,
-                    sums.count, sums.vector())
+                    sums.count, compress(vector))
         pushes += 1
     client.done()
     return pushes
 
 
-def worker_task(address, secret: bytes, objective: LinearObjective, max_iter: int):
+def worker_task(address, secret: bytes, objective: LinearObjective, max_iter: int,
+                compression: Compression):
     """The function each long-running Spark task runs over its partitions' blocks."""
     loss, d, k = objective.loss, objective.num_features, objective.num_outputs
     fraction, seed = objective.mini_batch_fraction, objective.seed & 0xFFFFFFFF
     faults = fault_plan()
+    space = dataclasses.replace(objective, engine=None) if compression.lossy else None
 
     def loop(client, groups, attempt):
-        return run_worker(client, groups, loss, d, k, max_iter, fraction, seed, attempt, faults)
+        return run_worker(client, groups, loss, d, k, max_iter, fraction, seed, attempt, faults,
+                          compression, space)
 
     return resident_task(address, secret, loop)
 
@@ -319,7 +337,7 @@ def train_async(
                 server = ParameterServer(training, host, num_workers)
                 try:
                     run = worker_task(server.address, server.secret, objective,
-                                      config.max_iter)
+                                      config.max_iter, config.compression)
                     reports = source.run(run, "async")
                     logger.info("async: %d workers finished (%s)", len(reports), reports)
                 finally:

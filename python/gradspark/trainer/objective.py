@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 
 from gradspark.engine import GradientSums
+from gradspark.engine.sums import split_map
 from gradspark.losses import Loss
 
 _MIN_AUX = 1e-10  # Huber's scale must stay positive
@@ -114,6 +115,30 @@ class LinearObjective:
         parts.append(sums.d_aux)
         grad = np.concatenate(parts) / sums.weight_sum
         return sums.loss_sum / sums.weight_sum, grad
+
+    # -- the sums as compression should see them ------------------------
+    def sums_to_theta_space(self, vector: np.ndarray) -> np.ndarray:
+        """Raw-space sums ``(xtg, gsum, d_aux)`` with ``xtg`` centered (when an intercept is
+        fitted) and scaled as in the gradient w.r.t. ``theta``.
+
+        Lossy compression works on this form: its magnitudes are the
+        optimizer's, so top-k keeps the coordinates that move the weights, and
+        a centered ``xtg`` does not depend on ``gsum`` arriving in the same message.
+        """
+        xtg, gsum, d_aux = split_map(vector, self.num_features, self.num_outputs)
+        if self.fit_intercept:
+            xtg = xtg - np.outer(self.features_mean, gsum)
+        return np.concatenate([(xtg * self.inv_std[:, None]).ravel(), gsum, d_aux])
+
+    def sums_from_theta_space(self, vector: np.ndarray) -> np.ndarray:
+        """The inverse of :meth:`sums_to_theta_space` (zero for constant features, whose
+        gradient is zero either way)."""
+        xtg, gsum, d_aux = split_map(vector, self.num_features, self.num_outputs)
+        std = np.where(self.inv_std > 0, self.features_std, 0.0)
+        xtg = xtg * std[:, None]
+        if self.fit_intercept:
+            xtg = xtg + np.outer(self.features_mean, gsum)
+        return np.concatenate([xtg.ravel(), gsum, d_aux])
 
     def smooth(self, theta: np.ndarray, step: Optional[int] = None):
         """Data term plus L2 (everything but the L1 part)."""

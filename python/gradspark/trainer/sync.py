@@ -34,6 +34,7 @@ class SyncConfig:
     momentum: float = 0.0
     nesterov: bool = False
     label: str = "gradspark"
+    local_steps: int = 1  # > 1: local SGD on resident workers (gradspark.trainer.local_sgd)
 
 
 @dataclass
