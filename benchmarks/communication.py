@@ -14,7 +14,8 @@ Every configuration fits ``SGDLogisticRegression(optimizer="sgd")`` for
 ``--step-size`` and ``--sparse-step-size``):
 ``sync`` (resident workers, exact messages: sparse index/value pairs when
 smaller), ``fp16``, ``topk`` at 1% with and without error feedback, and
-``localSteps=4``. The model summary gives the bytes the driver received and
+``localSteps=4``; and, for comparison, one Spark job per step with the numpy
+engine (``jobs``), exact and with fp16 partition sums. The model summary gives the bytes the driver received and
 sent per step. The per-step loss gradspark logs is smoothed over
 ``--window`` steps (a mini-batch loss is noisy); the target is sync's final
 smoothed loss plus 1%, and time-to-target is the first moment a smoothed
@@ -50,6 +51,8 @@ CONFIGS = [
     ("topk 1%", dict(compression="topk", compressionRatio=0.01)),
     ("topk 1% no EF", dict(compression="topk", compressionRatio=0.01, errorFeedback=False)),
     ("local k=4", dict(localSteps=4)),
+    ("jobs", dict(executionStrategy="jobPerStep", engine="python")),
+    ("jobs fp16", dict(executionStrategy="jobPerStep", engine="python", compression="fp16")),
 ]
 
 
@@ -64,12 +67,13 @@ def run_dataset(df, label: str, fraction: float, step_size: float, args, log: St
     base = dict(optimizer="sgd", stepSize=step_size, tol=0.0, maxIter=args.steps,
                 miniBatchFraction=fraction, executionStrategy="resident",
                 parameterServerHost="127.0.0.1")
+    configs = [(name, extra) for name, extra in CONFIGS if name in args.settings.split(",")]
     SGDLogisticRegression(**dict(base, maxIter=2)).fit(df)  # warm up workers and the JVM
     runs = {}
-    for name, extra in CONFIGS:
+    for name, extra in configs:
         for _ in range(args.repeats):
             log.reset()
-            extra_metrics = SGDLogisticRegression(**base, **extra).fit(df).summary.extra
+            extra_metrics = SGDLogisticRegression(**{**base, **extra}).fit(df).summary.extra
             # Local SGD logs one loss per round: smooth over the same number of steps.
             window = max(1, args.window // extra.get("localSteps", 1))
             runs.setdefault(name, []).append((smoothed(log.points, window), extra_metrics))
@@ -80,7 +84,7 @@ def run_dataset(df, label: str, fraction: float, step_size: float, args, log: St
     print(f"{'setting':<15}{'in B/step':>12}{'ratio':>8}{'out B/step':>12}{'ratio':>8}"
           f"{'to target s':>13}{'ratio':>8}{'final loss':>12}")
     rows, sync = [], {}
-    for name, _ in CONFIGS:
+    for name, _ in configs:
         figures = runs[name]
         received = statistics.median(m["bytesReceivedPerStep"] for _, m in figures)
         sent = statistics.median(m["bytesSentPerStep"] for _, m in figures)
@@ -116,6 +120,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--datasets", default="dense,sparse", help="comma-separated")
+    parser.add_argument("--settings", default=",".join(name for name, _ in CONFIGS),
+                        help="comma-separated names from the table (sync is the baseline "
+                             "and must be included)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
 

@@ -189,6 +189,21 @@ def test_compressed_training_reaches_the_uncompressed_loss(wide_data, compressio
         assert log_loss(stalled, X, y) > 1.05 * exact
 
 
+def test_job_per_step_sends_fp16_partition_sums(wide_data):
+    """A job per step keeps no residual: fp16 partition sums without error feedback."""
+    df, X, y = wide_data
+    budget = dict(maxIter=100, executionStrategy="jobPerStep", engine="python", **SGD)
+    exact = SGDLogisticRegression(**budget).fit(df)
+    half = SGDLogisticRegression(compression="fp16", **budget).fit(df)
+    assert log_loss(half, X, y) <= 1.01 * log_loss(exact, X, y)
+    assert not np.array_equal(half.coefficients.toArray(), exact.coefficients.toArray())
+    exact_bytes = exact.summary.extra["meanGradientBytes"]
+    half_bytes = half.summary.extra["meanGradientBytes"]
+    # 101 values: 808 bytes exact, 8 + 202 in float16, plus the same pickling overhead.
+    assert exact_bytes - half_bytes == pytest.approx(808 - 210, abs=8)
+    assert exact.summary.extra["gradientMessages"] == 2 * 100
+
+
 def test_local_sgd_on_one_worker_is_plain_sgd(spark, regression_data):
     """One worker: k local steps then averaging one model is k ordinary steps, with the
     schedule of the global step, L2, weights, an intercept and standardization."""
@@ -238,8 +253,11 @@ def test_a_quorum_leaves_a_straggler_behind(wide_data, monkeypatch):
 
 
 @pytest.mark.parametrize("params, message", [
-    (dict(compression="topk", engine="jvm"), "long-running workers"),
-    (dict(localSteps=4, executionStrategy="jobPerStep"), "long-running workers"),
+    (dict(compression="topk", engine="jvm", optimizer="sgd"), "long-running workers"),
+    (dict(localSteps=4, executionStrategy="jobPerStep", optimizer="sgd"),
+     "long-running workers"),
+    (dict(compression="fp16", executionStrategy="jobPerStep", optimizer="sgd"),
+     "engine='python'"),
     (dict(localSteps=4), "first-order optimizer"),  # lbfgs, the default
     (dict(workerQuorum=0.5, optimizer="sgd", aggregationTopology="tree"), "star"),
     (dict(localSteps=2, optimizer="sgd", mode="async"), "sync-mode levers"),
@@ -251,3 +269,16 @@ def test_communication_params_are_checked(classification_data, params, message):
     df, *_ = classification_data
     with pytest.raises(ValueError, match=message):
         SGDLogisticRegression(**params).fit(df)
+
+
+def test_local_sgd_resumes_exactly_from_its_checkpoints(classification_data, tmp_path):
+    df, *_ = classification_data
+    params = dict(optimizer="sgd", stepSize=0.3, miniBatchFraction=0.5, tol=0.0, localSteps=4,
+                  checkpointInterval=4, weightCol="weight", **LOOPBACK)
+    whole = SGDLogisticRegression(maxIter=24, **params).fit(df)
+    SGDLogisticRegression(maxIter=12, checkpointDir=str(tmp_path), **params).fit(df)
+    resumed = SGDLogisticRegression(maxIter=24, checkpointDir=str(tmp_path), **params).fit(df)
+    assert resumed.summary.extra["resumedFromStep"] == 12
+    # The local steps keep no state: the resumed rounds are the uninterrupted ones.
+    np.testing.assert_array_equal(resumed.coefficients.toArray(), whole.coefficients.toArray())
+    assert resumed.summary.objectiveHistory == whole.summary.objectiveHistory

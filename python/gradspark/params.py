@@ -397,15 +397,21 @@ def _validate_communication(params: SGDParams) -> None:
     resident = params.needsResidentWorkers()
     if not resident:
         return
+    if params.getOptimizer() == "lbfgs":
+        raise ValueError(f"{resident} needs a first-order optimizer ('sgd', 'adagrad' or "
+                         "'adam'): L-BFGS's line search needs exact full-batch gradients")
+    if resident == "compression='fp16'" and params.getExecutionStrategy() == "jobPerStep":
+        if params.getEngine() != "python":
+            raise ValueError("compression='fp16' with executionStrategy='jobPerStep' "
+                             "compresses the numpy engine's partition sums: set "
+                             "engine='python' (the JVM kernels' sums are not compressed)")
+        return
     if params.getEngine() == "jvm" or params.getExecutionStrategy() == "jobPerStep":
         raise ValueError(
             f"{resident} needs long-running workers that keep state between steps "
             "(executionStrategy='resident' or 'auto', engine='python' or 'auto'); "
             "a job per step has none"
         )
-    if params.getOptimizer() == "lbfgs":
-        raise ValueError(f"{resident} needs a first-order optimizer ('sgd', 'adagrad' or "
-                         "'adam'): L-BFGS's line search needs exact full-batch gradients")
     if params.getWorkerQuorum() < 1.0 and params.getAggregationTopology() == "tree":
         raise ValueError("workerQuorum < 1 needs aggregationTopology='star': in a tree a "
                          "node's answer carries its whole subtree")

@@ -3,15 +3,24 @@
 One call = one Spark job: broadcast the current linear map ``(B, c, aux)``,
 compute per-partition :class:`GradientSums` (one matrix product per block,
 sparse blocks stay CSR), combine them with ``treeAggregate``.
+
+A partition's sums leave its task encoded (:mod:`gradspark.comm.compression`):
+exact, as index/value pairs when that is smaller (a sparse mini-batch), or
+float16 with ``compression="fp16"``. A task keeps nothing from one step to
+the next, so there is no error feedback here: fp16's rounding (about 3
+digits of each partition's largest value) is simply lost, and top-k, which
+stalls without feedback, needs resident workers instead.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+import pickle
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from pyspark import RDD
 
+from gradspark.comm.compression import Compression, Encoded
 from gradspark.data.blocks import Block, sample_block
 from gradspark.engine.sums import GradientSums, add_sums
 from gradspark.faults import fault_plan
@@ -61,13 +70,42 @@ def grouped_sums(
     return total
 
 
-class PythonGradientEngine:
-    """Distributed gradient sums with numpy kernels on the executors."""
+# A partition's sums as its task returns them: the encoded vector and the scalars.
+EncodedSums = Tuple[Encoded, float, float, int]
 
-    def __init__(self, blocks: RDD, loss: Loss, aggregation_depth: int = 2) -> None:
+
+def decoded(sums, num_features: int, num_outputs: int) -> Optional[GradientSums]:
+    if sums is None or isinstance(sums, GradientSums):
+        return sums
+    message, loss_sum, weight_sum, count = sums
+    return GradientSums.from_vector(message.decode(), num_features, num_outputs, loss_sum,
+                                    weight_sum, count)
+
+
+class PythonGradientEngine:
+    """Distributed gradient sums with numpy kernels on the executors.
+
+    ``compression``: ``none`` or ``fp16`` for the partitions' sums (see the
+    module docs). ``metrics`` counts the pickled bytes of every step's
+    broadcast (``bytesSent``, once per step whatever the number of
+    executors) and of the partitions' results (``bytesReceived``).
+    """
+
+    def __init__(self, blocks: RDD, loss: Loss, aggregation_depth: int = 2,
+                 compression: Compression = Compression()) -> None:
+        if compression.name == "topk":
+            raise ValueError("compression='topk' needs resident workers (its error feedback "
+                             "lives in a worker from one step to the next)")
         self.blocks = blocks
         self.loss = loss
         self.aggregation_depth = aggregation_depth
+        self.compression = Compression(compression.name, error_feedback=False)
+        self.traffic = dict(bytesSent=0, bytesReceived=0, messagesSent=0, messagesReceived=0,
+                            gradientMessages=0, gradientBytes=0)
+
+    @property
+    def metrics(self) -> Dict[str, object]:
+        return {"compression": self.compression.name, **self.traffic}
 
     def gradient_sums(
         self,
@@ -84,6 +122,10 @@ class PythonGradientEngine:
         loss = self.loss
         sampled = fraction < 1.0
         faults = fault_plan()
+        encode = self.compression.new()
+        d, k = np.asarray(coef).shape[0], np.asarray(offset).shape[0]
+        result_bytes = sc.accumulator(0)
+        results = sc.accumulator(0)
 
         def compute(partition, iterator):
             if faults is not None:
@@ -92,11 +134,35 @@ class PythonGradientEngine:
                 faults.before_batch(partition, step, TaskContext.get().attemptNumber())
             b, c, a = state.value
             rng = np.random.default_rng([seed & 0xFFFFFFFF, step, partition]) if sampled else None
-            yield partition_sums(iterator, loss, b, c, a, fraction, rng)
+            sums = partition_sums(iterator, loss, b, c, a, fraction, rng)
+            if sums is not None:
+                sums = (encode(sums.vector()), sums.loss_sum, sums.weight_sum, sums.count)
+                result_bytes.add(len(pickle.dumps(sums, pickle.HIGHEST_PROTOCOL)))
+                results.add(1)
+            yield sums
+
+        def merge(a, b):
+            return add_sums(decoded(a, d, k), decoded(b, d, k))
+
+        def keep_encoded(partial, sums):
+            # Runs in the task, on its one result: what leaves the task stays encoded.
+            return sums if partial is None else merge(partial, sums)
 
         try:
-            return self.blocks.mapPartitionsWithIndex(compute).treeAggregate(
-                None, add_sums, add_sums, depth=self.aggregation_depth
+            total = self.blocks.mapPartitionsWithIndex(compute).treeAggregate(
+                None, keep_encoded, merge, depth=self.aggregation_depth
             )
+            self._count(len(pickle.dumps((coef, offset, aux), pickle.HIGHEST_PROTOCOL)),
+                        result_bytes.value, results.value)
+            return decoded(total, d, k)
         finally:
             state.destroy(blocking=False)
+
+    def _count(self, broadcast_bytes: int, result_bytes: int, results: int) -> None:
+        traffic = self.traffic
+        traffic["bytesSent"] += broadcast_bytes
+        traffic["messagesSent"] += 1
+        traffic["bytesReceived"] += result_bytes
+        traffic["messagesReceived"] += results
+        traffic["gradientBytes"] += result_bytes
+        traffic["gradientMessages"] += results

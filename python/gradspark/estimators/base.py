@@ -284,7 +284,9 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
                 self.getWorkerTimeout(), self.getAggregationTopology(), depth,
                 compression=self._compression(), quorum=self.getWorkerQuorum())
             return engine
-        return PythonGradientEngine(data.python_blocks(), problem.loss, depth)
+        # (async mode's workers compress their own pushes; this engine is unused there)
+        compression = self._compression() if choice.strategy == "jobPerStep" else Compression()
+        return PythonGradientEngine(data.python_blocks(), problem.loss, depth, compression)
 
 
 def jvm_training_data():
