@@ -182,15 +182,16 @@ class HasEngine(Params):
 
 
 class HasCommunication(Params):
-    """What workers send and how often (see :mod:`gradspark.comm` and ``docs`` in README)."""
+    """What workers send and how often (:mod:`gradspark.comm`, README "Communication")."""
 
     compression: Param[str] = Param(
         Params._dummy(),
         "compression",
-        "what workers do to the gradients they send (async mode and resident workers): "
-        "'none' (exact; sparse vectors go as index/value pairs when smaller), 'fp16' "
-        "(scaled float16, a quarter of the bytes) or 'topk' (the compressionRatio largest "
-        "values); lossy ones keep an error-feedback residual per worker",
+        "what workers do to the gradients they send (async mode, resident workers; fp16 "
+        "also for the numpy engine's partition sums with jobPerStep): 'none' (exact; "
+        "sparse vectors go as index/value pairs when smaller), 'fp16' (scaled float16, a "
+        "quarter of the bytes) or 'topk' (the compressionRatio largest values); lossy ones "
+        "keep an error-feedback residual per long-running worker",
         typeConverter=_one_of("compression", COMPRESSIONS),
     )
     compressionRatio: Param[float] = Param(
