@@ -152,6 +152,21 @@ object Kernels {
           i += 1
         }
       }
+    } else if (k == 1) {
+      // The common case, kept in registers: a row's margin and the CSR arrays as locals
+      // (the same additions in the same order as the general loop below).
+      val indptr = b.indptr
+      val indices = b.indices
+      val values = b.values
+      var i = 0
+      while (i < n) {
+        var s = 0.0
+        var p = indptr(i)
+        val end = indptr(i + 1)
+        while (p < end) { s += values(p) * coef(indices(p)); p += 1 }
+        out(i) = s
+        i += 1
+      }
     } else {
       var i = 0
       while (i < n) {
@@ -203,6 +218,18 @@ object Kernels {
           }
           i += 1
         }
+      }
+    } else if (k == 1) {
+      val indptr = b.indptr
+      val indices = b.indices
+      val values = b.values
+      var i = 0
+      while (i < n) {
+        val gi = g(i)
+        var p = indptr(i)
+        val end = indptr(i + 1)
+        while (p < end) { xtg(indices(p)) += values(p) * gi; p += 1 }
+        i += 1
       }
     } else {
       var i = 0
