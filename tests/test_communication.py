@@ -245,8 +245,9 @@ def test_a_quorum_leaves_a_straggler_behind(wide_data, monkeypatch):
     extra = model.summary.extra
     assert extra["quorumWorkers"] == 1
     fast, slow = extra["workerAnswersUsed"]
-    # Every step used one answer; the straggler's came too late nearly always.
-    assert fast + slow == 60 and slow < fast and extra["lateAnswersDropped"] >= 1
+    # Every step used at least one answer (both, when the driver woke late); the
+    # straggler's came too late nearly always.
+    assert fast + slow >= 60 and slow < fast and extra["lateAnswersDropped"] >= 1
     # Trained on (mostly) half the rows: close to, but not, the full-batch model.
     assert log_loss(model, X, y) < 1.2 * log_loss(exact, X, y)
     assert not np.allclose(model.coefficients.toArray(), exact.coefficients.toArray())
