@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from gradspark.comm.compression import Encoded
 from gradspark.data.blocks import Block
 from ps_fuzz import fuzz, send_raw
 from gradspark.losses import SquaredLoss
@@ -145,15 +146,20 @@ def test_hostile_frames_are_rejected_while_training_finishes_correctly():
             HEADER.pack(MAGIC, VERSION, int(Kind.HELLO), 0, 2**31),  # oversize length prefix
         ):
             assert send_raw(server, hostile) == b""  # no answer, connection closed
-        # An authenticated client (it holds the secret) sending a gradient of the wrong length.
-        intruder = ParameterClient(server.address, server.secret, 1)
-        intruder.channel.send(Kind.PUSH, (intruder.start_clock, 0, 1.0, 1.0, 1), np.ones(2))
-        with pytest.raises(ProtocolError):
-            intruder.channel.expect(Kind.ACK)
-        intruder.close()
+        # An authenticated client (it holds the secret) sending gradients that cannot be
+        # the 4 values expected: the wrong length, dense or float16; a sparse index past
+        # the end; sparse indices out of order.
+        for gradient in (np.ones(2), Encoded(4, np.ones(5, dtype=np.float16), scale=1.0),
+                         Encoded(4, np.ones(1), np.array([4], dtype=np.uint32)),
+                         Encoded(4, np.ones(2), np.array([2, 1], dtype=np.uint32))):
+            intruder = ParameterClient(server.address, server.secret, 1)
+            intruder.channel.send(Kind.PUSH, (intruder.start_clock, 0, 1.0, 1.0, 1), gradient)
+            with pytest.raises(ProtocolError):
+                intruder.channel.expect(Kind.ACK)
+            intruder.close()
         finish(threads, errors)
         assert server.rejected_frames == 3
-        assert server.rejected_gradients == 1
+        assert server.rejected_gradients == 4
     # The same weights as the undisturbed run, bit for bit (maxStaleness=0 is deterministic).
     np.testing.assert_array_equal(training.theta, reference.theta)
     np.testing.assert_allclose(solution(objective, training), exact, rtol=1e-6, atol=1e-6)
