@@ -14,13 +14,12 @@ stalls without feedback, needs resident workers instead.
 
 from __future__ import annotations
 
-import pickle
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 from pyspark import RDD
 
-from gradspark.comm.compression import Compression, Encoded
+from gradspark.comm.compression import Compression
 from gradspark.data.blocks import Block, sample_block
 from gradspark.engine.sums import GradientSums, add_sums
 from gradspark.faults import fault_plan
@@ -70,11 +69,12 @@ def grouped_sums(
     return total
 
 
-# A partition's sums as its task returns them: the encoded vector and the scalars.
-EncodedSums = Tuple[Encoded, float, float, int]
+SCALARS_BYTES = 24  # loss sum, weight sum, row count
 
 
 def decoded(sums, num_features: int, num_outputs: int) -> Optional[GradientSums]:
+    """A partition's result -- ``(Encoded, loss_sum, weight_sum, count)`` as its task
+    returns it, or sums already decoded and added -- as :class:`GradientSums`."""
     if sums is None or isinstance(sums, GradientSums):
         return sums
     message, loss_sum, weight_sum, count = sums
@@ -86,9 +86,10 @@ class PythonGradientEngine:
     """Distributed gradient sums with numpy kernels on the executors.
 
     ``compression``: ``none`` or ``fp16`` for the partitions' sums (see the
-    module docs). ``metrics`` counts the pickled bytes of every step's
-    broadcast (``bytesSent``, once per step whatever the number of
-    executors) and of the partitions' results (``bytesReceived``).
+    module docs). ``metrics`` counts the array bytes of every step's
+    broadcast weights (``bytesSent``, once per step whatever the number of
+    executors) and of the partitions' encoded sums plus their three scalars
+    (``bytesReceived``); Spark's own framing and pickling are not included.
     """
 
     def __init__(self, blocks: RDD, loss: Loss, aggregation_depth: int = 2,
@@ -136,8 +137,9 @@ class PythonGradientEngine:
             rng = np.random.default_rng([seed & 0xFFFFFFFF, step, partition]) if sampled else None
             sums = partition_sums(iterator, loss, b, c, a, fraction, rng)
             if sums is not None:
-                sums = (encode(sums.vector()), sums.loss_sum, sums.weight_sum, sums.count)
-                result_bytes.add(len(pickle.dumps(sums, pickle.HIGHEST_PROTOCOL)))
+                message = encode(sums.vector())
+                sums = (message, sums.loss_sum, sums.weight_sum, sums.count)
+                result_bytes.add(message.nbytes + SCALARS_BYTES)
                 results.add(1)
             yield sums
 
@@ -152,8 +154,8 @@ class PythonGradientEngine:
             total = self.blocks.mapPartitionsWithIndex(compute).treeAggregate(
                 None, keep_encoded, merge, depth=self.aggregation_depth
             )
-            self._count(len(pickle.dumps((coef, offset, aux), pickle.HIGHEST_PROTOCOL)),
-                        result_bytes.value, results.value)
+            weights_bytes = sum(np.asarray(a).nbytes for a in (coef, offset, aux))
+            self._count(weights_bytes, result_bytes.value, results.value)
             return decoded(total, d, k)
         finally:
             state.destroy(blocking=False)

@@ -31,7 +31,6 @@ What changes with ``k > 1``:
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Optional
 
 import numpy as np
@@ -43,8 +42,6 @@ from gradspark.optim import learning_rate, make_first_order
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.progress import Progress
 from gradspark.trainer.sync import SyncConfig, TrainingResult, check_finite, small_step
-
-logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
