@@ -3,8 +3,9 @@
 Everything heavy runs in the JVM (``scala/src/main/scala/io/gradspark/kernels``):
 the blocks are built, validated and cached by Scala code, and each step is one
 Spark job of Scala kernels (broadcast weights, ``treeAggregate``); Python only
-sends the weights and receives the sums, as little-endian float64 bytes
-through py4j. Nothing is built or started at import time.
+sends the weights (little-endian float64 bytes through py4j) and reads the sums
+from a file the JVM writes (:func:`_call_for_doubles` says why). Nothing is
+built or started at import time.
 
 The kernels jar is built from the sources on first use (see
 :mod:`gradspark.engine.kernels_build`) and added to the running session:
@@ -20,6 +21,8 @@ seed gives the same sample, but not the sample numpy draws in the Python engine.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import threading
 from typing import Optional
 
@@ -101,8 +104,23 @@ def _to_bytes(array: np.ndarray) -> bytes:
     return np.ascontiguousarray(array, dtype="<f8").tobytes()
 
 
-def _from_bytes(data) -> np.ndarray:
-    return np.frombuffer(bytes(data), dtype="<f8")
+def _call_for_doubles(method, *args) -> np.ndarray:
+    """``method(*args, resultPath)`` writes little-endian float64 to resultPath; read it.
+
+    A byte[] returned through py4j comes back as one base64 line that the JVM
+    writes in 8 KiB pieces, and on loopback the last piece waits for a delayed
+    ACK: an 80 KB result (a 10,000-feature gradient) took 48 ms median that
+    way, most of a sparse step. Through a file in the page cache it is well
+    under 1 ms. The driver JVM and this process share a host (py4j is local),
+    which pyspark's own temp-file transfers to the JVM also rely on.
+    """
+    fd, path = tempfile.mkstemp(prefix="gradspark-", suffix=".f8")
+    os.close(fd)
+    try:
+        method(*args, path)
+        return np.fromfile(path, dtype="<f8")
+    finally:
+        os.unlink(path)
 
 
 def decode_block(data: bytes) -> Block:
@@ -181,7 +199,8 @@ class JvmTrainingData:
         track_classes = label_domain in (BINARY, CLASS_INDEX)
         try:
             with raising_data_errors(features_col):
-                flat = _from_bytes(self.blocks.statistics(track_classes, int(aggregation_depth)))
+                flat = _call_for_doubles(self.blocks.statistics, track_classes,
+                                         int(aggregation_depth))
         except BaseException:
             self.release()
             raise
@@ -279,11 +298,10 @@ class JvmGradientEngine:
         seed64 = int(seed) & 0xFFFFFFFFFFFFFFFF
         if seed64 >= 1 << 63:
             seed64 -= 1 << 64
-        raw = self.data.blocks.gradientSums(
-            self.loss.name, k, len(aux), self._constants, params, float(fraction),
-            seed64, int(step), int(self.aggregation_depth),
+        flat = _call_for_doubles(
+            self.data.blocks.gradientSums, self.loss.name, k, len(aux), self._constants,
+            params, float(fraction), seed64, int(step), int(self.aggregation_depth),
         )
-        flat = _from_bytes(raw)
         if len(flat) == 0 or flat[-1] == 0:
             return None
         size = d * k + k + len(aux)

@@ -1,6 +1,7 @@
 package io.gradspark.kernels
 
 import java.nio.{ByteBuffer, ByteOrder}
+import java.nio.file.{Files, Paths}
 
 import org.apache.hadoop.fs.Path
 import org.apache.spark.rdd.RDD
@@ -9,7 +10,11 @@ import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.types.{BinaryType, StructField, StructType}
 import org.apache.spark.storage.StorageLevel
 
-/** What python (py4j) calls: only strings, numbers, booleans, Datasets and byte arrays. */
+/**
+ * What python (py4j) calls: only strings, numbers, booleans, Datasets and byte arrays.
+ * Results go back through a file python names: a returned byte[] costs a
+ * ~40 ms delayed ACK on loopback (see _call_for_doubles in engine/jvm.py).
+ */
 object PythonEntry {
   val Version = "1"
 
@@ -35,6 +40,10 @@ object PythonEntry {
     buf.array()
   }
 
+  /** Write a as little-endian float64 to path (see the note on results above). */
+  def writeDoubles(a: Array[Double], path: String): Unit =
+    Files.write(Paths.get(path), toBytes(a))
+
   def fromBytes(b: Array[Byte]): Array[Double] = {
     val out = new Array[Double](b.length / 8)
     ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN).asDoubleBuffer().get(out)
@@ -56,26 +65,27 @@ final class JvmBlocks(spark: SparkSession, val rdd: RDD[Block], val numFeatures:
 
   def rddName: String = rdd.name
 
-  /** One tree-aggregated pass (this materializes the cache); flat float64 bytes. */
-  def statistics(trackClasses: Boolean, depth: Int): Array[Byte] = {
+  /** One tree-aggregated pass (this materializes the cache); flat float64 to resultPath. */
+  def statistics(trackClasses: Boolean, depth: Int, resultPath: String): Unit = {
     val stats = OrderedAggregate(
       rdd.mapPartitions(new PartitionStatisticsFunction(trackClasses, numFeatures)),
       new MergeStatisticsFunction(numFeatures), depth)
-    PythonEntry.toBytes(stats)
+    PythonEntry.writeDoubles(stats, resultPath)
   }
 
-  /** One Spark job: flat float64 bytes xtg, gsum, d_aux, loss_sum, weight_sum, count. */
+  /** One Spark job; writes flat float64 xtg, gsum, d_aux, loss_sum, weight_sum, count to
+   *  resultPath. */
   def gradientSums(
       loss: String, numOutputs: Int, numAux: Int, constants: Array[Byte], params: Array[Byte],
-      fraction: Double, seed: Long, step: Int, depth: Int): Array[Byte] = {
+      fraction: Double, seed: Long, step: Int, depth: Int, resultPath: String): Unit = {
     val sc = rdd.sparkContext
     val weights = PythonEntry.fromBytes(params)
     val bc = sc.broadcast(weights)
     try {
       val fn = new GradientFunction(bc, loss, PythonEntry.fromBytes(constants), numFeatures,
         numOutputs, numAux, fraction, seed, step)
-      PythonEntry.toBytes(OrderedAggregate(rdd.mapPartitionsWithIndex(fn),
-        new SumArraysFunction, depth))
+      PythonEntry.writeDoubles(OrderedAggregate(rdd.mapPartitionsWithIndex(fn),
+        new SumArraysFunction, depth), resultPath)
     } finally {
       bc.destroy()
     }
