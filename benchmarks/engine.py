@@ -5,8 +5,16 @@ One run, one SparkSession, the same cached data for everyone:
 * **numpy floor** -- one process, the same logistic gradient+loss pass over
   a local copy of the same shape (blocked 8192-row products, all BLAS threads):
   what the arithmetic costs with no Spark at all.
-* **MLlib iteration** -- ``LogisticRegression`` per iteration, by the
-  difference of a short and a long fit (``sync_vs_mllib.py``'s method).
+* **MLlib evaluation / iteration** -- inside ``LogisticRegression(tol=0)``
+  fits, read from Spark's job records (the UI's REST API): each gradient
+  evaluation is one ``treeAggregate at RDDLossFunction`` job, and the median
+  interval between consecutive ones' completions is what one evaluation
+  costs (its broadcast, its job, breeze's update); per iteration is the span
+  of the evaluations over the iterations they served. The difference of a
+  short and a long fit (``sync_vs_mllib.py``'s method), used before, swung
+  from -0.10 to 0.17 s per iteration here: each fit's fixed cost (blockifying
+  and caching its instances) is seconds and noisy, and MLlib converges in
+  about a dozen iterations.
 * **gradspark per step** -- each engine driven directly, one
   ``gradient_sums`` call (full batch) per step, median over ``--steps``:
   ``python`` kernels one job per step, ``jvm`` kernels one job per step, and
@@ -32,15 +40,16 @@ import json
 import os
 import sys
 import time
+import urllib.request
 from contextlib import ExitStack
+from datetime import datetime
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sync_vs_mllib import (  # noqa: E402
-    FEATURES, LABEL, build_session, make_data, median, mllib_fit,
-    per_iteration_by_difference, warm_python_workers,
+    FEATURES, LABEL, build_session, make_data, median, warm_python_workers,
 )
 
 # gradspark's default blockSize: the floor does the engines' arithmetic, blocked alike.
@@ -61,10 +70,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--driver-memory", default="14g")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per engine")
     parser.add_argument("--repeats", type=int, default=3, help="end-to-end fits (medians)")
-    parser.add_argument("--k-small", type=int, default=2)
-    parser.add_argument("--k-large", type=int, default=32)
-    parser.add_argument("--mllib-repeats", type=int, default=5,
-                        help="MLlib short/long fit pairs (its per-iteration figure is noisy)")
+    parser.add_argument("--mllib-iterations", type=int, default=32,
+                        help="maxIter of the MLlib fits timed job by job (tol=0)")
+    parser.add_argument("--mllib-repeats", type=int, default=3,
+                        help="MLlib fits timed job by job (their intervals are pooled)")
     parser.add_argument("--scaling", action="store_true",
                         help="also measure step cost at 3 sizes of rows, features, partitions")
     parser.add_argument("--json", metavar="PATH")
@@ -217,6 +226,58 @@ def engine_steps(df, cols: int, steps: int, strategies: Sequence[str]) -> Dict[s
     return out
 
 
+MLLIB_EVALUATION_JOB = "treeAggregate at RDDLossFunction"
+
+
+def _spark_jobs(spark) -> List[dict]:
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/jobs"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.load(response)
+
+
+def _job_time(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f%Z").timestamp()
+
+
+def mllib_evaluations(spark, df, max_iter: int, repeats: int) -> Dict[str, dict]:
+    """MLlib's cost per gradient evaluation and per iteration, from its jobs' completion times.
+
+    One warm-up fit, then ``repeats`` fits of ``LogisticRegression(maxIter, tol=0)``;
+    the intervals between consecutive evaluation jobs of each fit are pooled.
+    """
+    from pyspark.ml.classification import LogisticRegression
+
+    def fit():
+        return LogisticRegression(featuresCol=FEATURES, labelCol=LABEL, maxIter=max_iter,
+                                  tol=0.0, regParam=0.0, aggregationDepth=2).fit(df)
+
+    fit()
+    intervals: List[float] = []
+    per_iteration: List[float] = []
+    for r in range(repeats):
+        before = max((job["jobId"] for job in _spark_jobs(spark)), default=-1)
+        iterations = fit().summary.totalIterations
+        deadline = time.time() + 30  # the status store is fed by the listener bus, async
+        while True:
+            jobs = sorted((job for job in _spark_jobs(spark) if job["jobId"] > before
+                           and job["name"].startswith(MLLIB_EVALUATION_JOB)),
+                          key=lambda job: job["jobId"])
+            if all(job.get("completionTime") for job in jobs) or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        done = [_job_time(job["completionTime"]) for job in jobs if job.get("completionTime")]
+        gaps = [b - a for a, b in zip(done, done[1:])]
+        intervals += gaps
+        # The first job is the evaluation at the starting point; the rest serve the iterations.
+        per_iteration.append(sum(gaps) / max(iterations, 1))
+        print(f"[MLlib] fit {r + 1}/{repeats}: {iterations} iterations, {len(done)} evaluations, "
+              f"median {median(gaps):.4f} s per evaluation, {per_iteration[-1]:.4f} s per "
+              "iteration", flush=True)
+    return {"MLlib evaluation": {"median_s": median(intervals), "samples_s": intervals},
+            "MLlib iteration": {"median_s": median(per_iteration), "samples_s": per_iteration}}
+
+
 def mean_log_loss_history(model) -> float:
     return float(model.summary.objectiveHistory[-1])
 
@@ -266,10 +327,7 @@ def measure(spark, args, label: str, df, cols: int, floor_X, floor_y) -> dict:
     # The floor is the faster way numpy alone does the pass on this machine.
     result["numpy floor"] = {"median_s": min(floors.values()), **floors}
     print(f"  numpy floor            {floors}", flush=True)
-    mllib = per_iteration_by_difference(mllib_fit(df, 2), args.k_small, args.k_large,
-                                        args.mllib_repeats, 1, f"MLlib {label}")
-    result["MLlib iteration"] = {"median_s": mllib.per_iteration_s,
-                                 "samples_s": mllib.per_iteration_samples_s}
+    result.update(mllib_evaluations(spark, df, args.mllib_iterations, args.mllib_repeats))
     result.update(engine_steps(df, cols, args.steps,
                                ("python jobPerStep", "jvm jobPerStep", "resident")))
     result.update(end_to_end(df, args.repeats))
@@ -278,13 +336,13 @@ def measure(spark, args, label: str, df, cols: int, floor_X, floor_y) -> dict:
 
 def print_table(label: str, result: dict) -> None:
     floor = result["numpy floor"]["median_s"]
-    mllib = result["MLlib iteration"]["median_s"]
-    print(f"\n{label}\n{'':38}{'seconds':>10}{'/ floor':>10}{'/ MLlib':>10}")
+    mllib = result["MLlib evaluation"]["median_s"]
+    print(f"\n{label}\n{'':38}{'seconds':>10}{'/ floor':>10}{'/ MLlib eval':>13}")
     for name, figure in result.items():
         if name.startswith("setup") or "fit" in name:
             continue
         s = figure["median_s"]
-        print(f"{name:38}{s:10.4f}{s / floor:10.2f}{s / mllib:10.2f}")
+        print(f"{name:38}{s:10.4f}{s / floor:10.2f}{s / mllib:13.2f}")
     for name, figure in result.items():
         if name.startswith("setup"):
             print(f"{name:38}{figure['median_s']:10.2f}")
@@ -292,7 +350,7 @@ def print_table(label: str, result: dict) -> None:
     ref = fits.get("MLlib LogisticRegression fit")
     for name, figure in fits.items():
         ratio = figure["median_s"] / ref["median_s"]
-        print(f"{name:38}{figure['median_s']:10.2f}{'':10}{ratio:10.2f}"
+        print(f"{name:38}{figure['median_s']:10.2f}{'':10}{ratio:13.2f}"
               f"   objective {figure['objective']:.8f}")
 
 
