@@ -88,6 +88,54 @@ def assert_statistics_equal(a, b, rtol=1e-12):
         np.testing.assert_allclose(x, y, rtol=rtol, atol=1e-300)
 
 
+def test_tree_levels_give_the_same_sums_bit_for_bit_on_reruns(frames):
+    """9 partitions: depth 1 merges on the driver, depth 2 and 3 add shuffle levels
+    (OrderedAggregate's fan-in); each agrees with numpy and repeats its own bits."""
+    loss, label, domain, k, aux = LOSSES["multinomial"]
+    df = frames["sparse"].repartition(9)
+    coef, offset = np.full((12, k), 0.1), np.array([0.2, -0.1, 0.0])
+    with TrainingData(df, "features", label, "weight", domain, 7, 2) as py_data:
+        ref = PythonGradientEngine(py_data.blocks, loss).gradient_sums(coef, offset, aux)
+    for depth in (1, 2, 3):
+        with JvmTrainingData(df, "features", label, "weight", domain, 7, depth) as data:
+            assert data.num_partitions == 9
+            engine = JvmGradientEngine(data, loss, depth)
+            first, again = (engine.gradient_sums(coef, offset, aux) for _ in range(2))
+        assert_sums_close(first, ref)
+        assert first.xtg.tobytes() == again.xtg.tobytes() and first.loss_sum == again.loss_sum
+
+
+@pytest.mark.parametrize("num_features", [5_000, 140_000])
+def test_wide_sparse_sums_match_closed_form(spark, num_features):
+    """Both ways the weights reach the tasks: inside the task closure, and (above
+    StepWeights.InlineLimit = 2**17 doubles, 1 MiB) a broadcast of their own."""
+    from pyspark.ml.linalg import Vectors
+
+    g = np.random.default_rng(num_features)
+    n, nnz = 90, 25
+    X = sp.lil_matrix((n, num_features))
+    for i in range(n):
+        X[i, np.sort(g.choice(num_features, nnz, replace=False))] = g.normal(size=nnz)
+    X = X.tocsr()
+    y = (g.random(n) < 0.5).astype(float)
+    w = g.uniform(0.5, 2.0, size=n)
+    rows = [(Vectors.sparse(num_features, X[i].indices.tolist(), X[i].data.tolist()),
+             float(y[i]), float(w[i])) for i in range(n)]
+    df = spark.createDataFrame(rows, ["features", "label", "weight"]).repartition(2)
+    coef = g.normal(size=(num_features, 1)) * 0.5
+    offset = np.array([0.3])
+    with JvmTrainingData(df, "features", "label", "weight", BINARY, 32, 2) as data:
+        ours = JvmGradientEngine(data, BinaryLogisticLoss()).gradient_sums(
+            coef, offset, np.zeros(0))
+    m = X @ coef[:, 0] + offset[0]
+    resid = w * (1.0 / (1.0 + np.exp(-m)) - y)
+    np.testing.assert_allclose(ours.xtg[:, 0], X.T @ resid, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ours.gsum, [resid.sum()], rtol=1e-10)
+    np.testing.assert_allclose(ours.loss_sum, np.sum(w * (np.logaddexp(0.0, m) - y * m)),
+                               rtol=1e-10)
+    assert ours.count == n and ours.weight_sum == pytest.approx(w.sum(), rel=1e-12)
+
+
 @pytest.mark.parametrize("layout", ["dense", "sparse"])
 def test_statistics_and_blocks_match_python(frames, layout):
     df = frames[layout]

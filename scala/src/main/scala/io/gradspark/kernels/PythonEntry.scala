@@ -78,16 +78,14 @@ final class JvmBlocks(spark: SparkSession, val rdd: RDD[Block], val numFeatures:
   def gradientSums(
       loss: String, numOutputs: Int, numAux: Int, constants: Array[Byte], params: Array[Byte],
       fraction: Double, seed: Long, step: Int, depth: Int, resultPath: String): Unit = {
-    val sc = rdd.sparkContext
-    val weights = PythonEntry.fromBytes(params)
-    val bc = sc.broadcast(weights)
+    val weights = StepWeights(rdd.sparkContext, PythonEntry.fromBytes(params))
     try {
-      val fn = new GradientFunction(bc, loss, PythonEntry.fromBytes(constants), numFeatures,
+      val fn = new GradientFunction(weights, loss, PythonEntry.fromBytes(constants), numFeatures,
         numOutputs, numAux, fraction, seed, step)
       PythonEntry.writeDoubles(OrderedAggregate(rdd.mapPartitionsWithIndex(fn),
         new SumArraysFunction, depth), resultPath)
     } finally {
-      bc.destroy()
+      weights.release()
     }
   }
 
