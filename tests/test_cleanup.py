@@ -2,8 +2,9 @@
 
 Checked for every way sync and async mode run, after success, a failed task
 and divergence: no cached RDDs, no live Python broadcasts, no gradspark threads,
-no listening sockets, no temp files. (The JVM kernels' per-step broadcast is
-destroyed in a ``finally`` in Scala; it is not visible from here.)
+no listening sockets, no temp files (the JVM kernels' per-step result files
+included). (The JVM kernels' per-step broadcast, used only for weights above
+1 MiB, is destroyed in a ``finally`` in Scala; it is not visible from here.)
 """
 
 from __future__ import annotations

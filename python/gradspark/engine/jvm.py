@@ -2,7 +2,8 @@
 
 Everything heavy runs in the JVM (``scala/src/main/scala/io/gradspark/kernels``):
 the blocks are built, validated and cached by Scala code, and each step is one
-Spark job of Scala kernels (broadcast weights, ``treeAggregate``); Python only
+Spark job of Scala kernels (weights in the task closure, an ordered
+``treeAggregate``); Python only
 sends the weights (little-endian float64 bytes through py4j) and reads the sums
 from a file the JVM writes (:func:`_call_for_doubles` says why). Nothing is
 built or started at import time.
