@@ -26,7 +26,9 @@ One run, one SparkSession, the same cached data for everyone:
 Datasets: ``dense`` (``--rows`` x ``--cols``, default 1,000,000 x 100) and
 ``sparse`` (``--sparse-rows`` x ``--sparse-cols`` at ``--density``, default
 200,000 x 10,000 at 1%). ``--scaling`` adds the step cost of the resident
-and jvm strategies at three sizes of rows, features and partitions.
+and jvm strategies at three sizes of rows, features and partitions;
+``--fixed-cost`` splits a JVM step on tiny data into its Spark job and the
+driver's time around it.
 
     .venv/bin/python benchmarks/engine.py                    # both datasets, ~10 min
     .venv/bin/python benchmarks/engine.py --datasets dense --scaling
@@ -76,6 +78,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="MLlib fits timed job by job (their intervals are pooled)")
     parser.add_argument("--scaling", action="store_true",
                         help="also measure step cost at 3 sizes of rows, features, partitions")
+    parser.add_argument("--fixed-cost", action="store_true",
+                        help="also split a tiny JVM step into the Spark job and the driver")
     parser.add_argument("--json", metavar="PATH")
     return parser.parse_args(argv)
 
@@ -377,6 +381,33 @@ def scaling(spark, args) -> dict:
     return {"scaling": out}
 
 
+def fixed_cost(spark, steps: int = 30) -> dict:
+    """A JVM step on 2 x 1,000 sparse rows of 10,000 features (all fixed cost), split
+    into the Spark job (its submission-to-completion, from Spark's job records) and
+    the driver's time around it."""
+    from gradspark.data.blocks import BINARY
+    from gradspark.engine.jvm import JvmGradientEngine, JvmTrainingData
+    from gradspark.losses import BinaryLogisticLoss
+
+    cols = 10_000
+    df = make_sparse(spark, 2_000, cols, 0.01, 2)
+    with JvmTrainingData(df, FEATURES, LABEL, None, BINARY, 4096, 2) as data:
+        engine = JvmGradientEngine(data, BinaryLogisticLoss(), 2)
+        step_times(engine, cols, 3)
+        before = max(job["jobId"] for job in _spark_jobs(spark))
+        steps_s = step_times(engine, cols, steps)
+    time.sleep(2)  # the status store is fed asynchronously
+    jobs = [job for job in _spark_jobs(spark) if job["jobId"] > before]
+    jobs_s = [_job_time(job["completionTime"]) - _job_time(job["submissionTime"])
+              for job in jobs if job.get("completionTime")]
+    df.unpersist()
+    out = {"step_s": median(steps_s), "job_s": median(jobs_s),
+           "driver_s": median(steps_s) - median(jobs_s)}
+    print(f"\nfixed cost of a JVM step: step {out['step_s']:.4f} s = Spark job "
+          f"{out['job_s']:.4f} s + driver {out['driver_s']:.4f} s (medians, {steps} steps)")
+    return {"fixed cost": out}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     load = os.getloadavg()[0]
@@ -403,6 +434,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             df.unpersist()
         if args.scaling:
             figures.update(scaling(spark, args))
+        if args.fixed_cost:
+            figures.update(fixed_cost(spark))
         print(f"\n{os.cpu_count()} CPUs, {args.master}, {args.partitions} partitions; "
               f"load average before start {load:.2f}; medians")
         for name in ("dense", "sparse"):
