@@ -13,7 +13,9 @@ from conftest import gradspark_cached_rdds, make_df
 from gradspark.data.blocks import BINARY, CLASS_INDEX, REAL
 from gradspark.data.dataset import TrainingData
 from gradspark.data.validation import InvalidDataError
-from gradspark.engine.jvm import JvmGradientEngine, JvmTrainingData, load_kernels
+from gradspark.engine.jvm import (
+    KERNELS_VERSION, JvmGradientEngine, JvmTrainingData, check_version, load_kernels,
+)
 from gradspark.engine.python import PythonGradientEngine
 from gradspark.losses import (
     BinaryLogisticLoss, HingeLoss, HuberLoss, MultinomialLogisticLoss, SquaredLoss,
@@ -247,6 +249,17 @@ def test_release_leaves_no_cached_blocks(spark, frames, tmp_path):
 
 def test_load_kernels_is_cached_per_context(spark):
     assert load_kernels(spark) is load_kernels(spark)
+
+
+def test_a_jar_of_another_version_is_refused_by_name(spark):
+    check_version(load_kernels(spark))  # the jar built from these sources
+
+    class OldJar:
+        def Version(self):  # noqa: N802 - the Scala accessor's name
+            return "1"
+
+    with pytest.raises(RuntimeError, match=f"version 1, this gradspark calls version {KERNELS_VERSION}"):
+        check_version(OldJar())
 
 
 def test_jar_reaches_separate_executor_jvms():

@@ -3,10 +3,9 @@
 Everything heavy runs in the JVM (``scala/src/main/scala/io/gradspark/kernels``):
 the blocks are built, validated and cached by Scala code, and each step is one
 Spark job of Scala kernels (weights in the task closure, an ordered
-``treeAggregate``); Python only
-sends the weights (little-endian float64 bytes through py4j) and reads the sums
-from a file the JVM writes (:func:`_call_for_doubles` says why). Nothing is
-built or started at import time.
+``treeAggregate``); Python only sends the weights (little-endian float64 bytes
+through py4j) and reads the sums from a file the JVM writes
+(:func:`_call_for_doubles` says why). Nothing is built or started at import time.
 
 The kernels jar is built from the sources on first use (see
 :mod:`gradspark.engine.kernels_build`) and added to the running session:
@@ -41,6 +40,7 @@ from gradspark.losses import Loss
 logger = logging.getLogger(__name__)
 
 ENTRY_CLASS = "io.gradspark.kernels.PythonEntry"
+KERNELS_VERSION = "2"  # PythonEntry.Version of the jar this module calls
 _STATS_HEADER = 7
 
 _lock = threading.Lock()
@@ -63,12 +63,24 @@ def load_kernels(spark):
             entry = _visible_entry(jvm)
             if entry is None:
                 entry = _load_jar(sc)
+            check_version(entry)
         except RuntimeError:
             raise
         except Exception as exc:
             raise RuntimeError(f"cannot load the gradspark JVM kernels: {exc}") from exc
         _loaded[key] = (sc._jsc, entry)
         return entry
+
+
+def check_version(entry) -> None:
+    """Refuse a kernels jar built from other sources (say, an old one in ``spark.jars``),
+    whose methods would fail with py4j's "method does not exist" mid-fit."""
+    version = str(entry.Version())
+    if version != KERNELS_VERSION:
+        raise RuntimeError(
+            f"the gradspark kernels jar in this session is version {version}, this gradspark "
+            f"calls version {KERNELS_VERSION}: rebuild it (python -m "
+            "gradspark.engine.kernels_build) and pass that jar, or none, in spark.jars")
 
 
 def _visible_entry(jvm):

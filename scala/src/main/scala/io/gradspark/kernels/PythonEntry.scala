@@ -16,7 +16,9 @@ import org.apache.spark.storage.StorageLevel
  * ~40 ms delayed ACK on loopback (see _call_for_doubles in engine/jvm.py).
  */
 object PythonEntry {
-  val Version = "1"
+  /** What python checks before calling (gradspark.engine.jvm.KERNELS_VERSION): bump it
+   *  whenever a signature python calls changes. 2: results go to a file. */
+  val Version = "2"
 
   /** Validated blocks of df, cached MEMORY_AND_DISK (not yet computed: call statistics). */
   def blockify(
