@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import traceback
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
@@ -35,30 +36,26 @@ class StepCounter(logging.Handler):
 
 
 def executor_pids(spark) -> list:
-    """Executor JVMs are child processes of this driver's JVM in local-cluster mode."""
+    """Executor JVMs are child processes of this driver's JVM in local-cluster mode.
+
+    One ``ps`` snapshot with whole command lines (``-ww``): the JVM also has
+    short-lived children (``getconf PAGESIZE``), and reading a listed child's
+    ``/proc/<pid>/cmdline`` afterwards fails when it has exited in between.
+    """
     jvm_pid = spark._jvm.java.lang.ProcessHandle.current().pid()
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(jvm_pid)],
-                         capture_output=True, text=True).stdout
-    pids = []
-    for pid in map(int, out.split()):
-        with open(f"/proc/{pid}/cmdline", "rb") as f:  # ps would truncate to $COLUMNS
-            if b"CoarseGrainedExecutorBackend" in f.read():
-                pids.append(pid)
-    return pids
+    out = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(jvm_pid)],
+                         capture_output=True, text=True, check=True).stdout
+    return [int(line.split(None, 1)[0]) for line in out.splitlines()
+            if "CoarseGrainedExecutorBackend" in line]
 
 
-def main() -> None:
-    spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.task.maxFailures", "8").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+def run(spark, work: str) -> dict:
     g = np.random.default_rng(9)
     X = g.normal(size=(2000, 6))
     y = (X @ g.normal(size=6) + g.logistic(size=2000) > 0).astype(float)
     df = spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(X, y)],
                                ["features", "label"]).repartition(4).cache()
     df.count()  # both fits blockify the same rows in the same order
-    work = sys.argv[1]
 
     def estimator(name: str) -> SGDLogisticRegression:
         # Mini-batches make the result depend on each partition's row order, which a
@@ -74,14 +71,28 @@ def main() -> None:
     logger.setLevel(logging.INFO)
     logger.addHandler(counter)
     result = {}
-    fit = threading.Thread(target=lambda: result.setdefault("model", estimator("killed").fit(df)))
-    fit.start()
-    counter.reached.wait(timeout=300)
+
+    def fit() -> None:
+        try:
+            result["model"] = estimator("killed").fit(df)
+        except BaseException:  # noqa: BLE001 - reported by the main thread
+            result["error"] = traceback.format_exc()
+            counter.reached.set()
+
+    thread = threading.Thread(target=fit)
+    thread.start()
+    if not counter.reached.wait(timeout=300):
+        raise RuntimeError(f"the fit did not reach step 8 in 300 s ({counter.steps} steps)")
+    if "error" in result:
+        raise RuntimeError("the fit failed before the kill:\n" + result["error"])
     victims = executor_pids(spark)
     os.kill(victims[0], signal.SIGKILL)
-    fit.join(timeout=600)
+    thread.join(timeout=600)
+    if "model" not in result:
+        raise RuntimeError("the fit did not finish after the kill:\n"
+                           + result.get("error", "still running after 600 s"))
     model = result["model"]
-    print("RESULT " + json.dumps({
+    return {
         "executors_before_kill": len(victims),
         "killed_at_step": 8,
         "steps_total": counter.steps,
@@ -89,8 +100,20 @@ def main() -> None:
         and model.intercept == reference.intercept,
         "max_diff": float(np.abs(model.coefficients.toArray()
                                  - reference.coefficients.toArray()).max()),
-    }))
-    spark.stop()
+    }
+
+
+def main() -> None:
+    spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.task.maxFailures", "8").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        print("RESULT " + json.dumps(run(spark, sys.argv[1])))
+    finally:
+        # Without a clean stop, the local cluster's workers keep relaunching executors
+        # while the JVM shuts down, burying the error under their stack traces.
+        spark.stop()
 
 
 if __name__ == "__main__":
