@@ -1,10 +1,14 @@
-"""What the subprocess test jobs share: a quiet session and a small logistic dataset.
+"""What the subprocess test jobs share: a quiet session and a small logistic dataset,
+and, for the tests that run them, reading a job's result.
 
 The jobs run in their own driver processes (one SparkContext per process), so
-they cannot use conftest's fixtures.
+they cannot use conftest's fixtures. A job prints its result as one line,
+``RESULT <json>``, on stdout.
 """
 
+import json
 import os
+import subprocess
 import sys
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -30,3 +34,25 @@ def logistic_frame(spark: SparkSession, seed: int, rows: int, partitions: int):
     df = spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(X, y)],
                                ["features", "label"]).repartition(partitions).cache()
     return df, X, y
+
+
+def job_result(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON of a finished job's last RESULT line; fails the test with the job's error."""
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, failure_report(proc)
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def failure_report(proc: subprocess.CompletedProcess, tail: int = 2000) -> str:
+    """Why a job failed: its Python traceback, its stdout, and the end of its stderr.
+
+    A driver that dies without stopping its local cluster leaves the workers
+    relaunching executors while the JVM shuts down; their stack traces fill
+    the end of stderr, and the traceback that says why comes before them.
+    """
+    parts = [f"exit status {proc.returncode}"]
+    start = proc.stderr.rfind("Traceback (most recent call last)")
+    if start >= 0:
+        parts.append(proc.stderr[start:start + 4000])
+    parts += ["stdout: " + proc.stdout[-tail:], "stderr ends: " + proc.stderr[-tail:]]
+    return "\n".join(parts)

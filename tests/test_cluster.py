@@ -1,6 +1,5 @@
 """Training across separate executor JVMs (local-cluster), not just threads of one JVM."""
 
-import json
 import os
 import subprocess
 import sys
@@ -8,15 +7,15 @@ import sys
 import numpy as np
 import pytest
 
+from job_support import job_result
+
 HERE = os.path.dirname(__file__)
 
 
 def run_job(script: str, *args: str) -> dict:
     proc = subprocess.run([sys.executable, os.path.join(HERE, script), *args],
                           capture_output=True, text=True, timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return job_result(proc)
 
 
 def test_fit_on_local_cluster_matches_mllib():

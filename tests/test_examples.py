@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from job_support import job_result
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
@@ -17,9 +18,7 @@ def run_example(name: str, *args: str, launcher=None) -> dict:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     command = (launcher or [sys.executable]) + [os.path.join(EXAMPLES, name), *args]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return job_result(proc)
 
 
 def test_pipeline_cross_validation():

@@ -15,6 +15,7 @@ from gradspark import SGDLinearRegression, SGDLogisticRegression
 from gradspark.checkpoints import CheckpointStore, CorruptCheckpointError, TrainingState
 from gradspark.data.blocks import BINARY
 from gradspark.data.dataset import TrainingData
+from job_support import job_result
 
 HERE = os.path.dirname(__file__)
 
@@ -147,9 +148,7 @@ def test_executor_killed_mid_fit_gives_the_same_model(tmp_path):
         [sys.executable, os.path.join(HERE, "executor_loss_job.py"), str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = job_result(proc)
     assert result["executors_before_kill"] == 2
     assert "Lost executor" in proc.stderr  # the kill really took an executor away
     assert result["steps_total"] == 40

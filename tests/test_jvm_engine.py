@@ -1,6 +1,5 @@
 """JVM gradient engine: Scala blocks, statistics and kernels agree with the numpy path."""
 
-import json
 import os
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import gradspark_cached_rdds, make_df
+from job_support import job_result
 from gradspark.data.blocks import BINARY, CLASS_INDEX, REAL
 from gradspark.data.dataset import TrainingData
 from gradspark.data.validation import InvalidDataError
@@ -265,8 +265,6 @@ def test_a_jar_of_another_version_is_refused_by_name(spark):
 def test_jar_reaches_separate_executor_jvms():
     proc = subprocess.run([sys.executable, os.path.join(HERE, "jvm_engine_cluster_job.py")],
                           capture_output=True, text=True, timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = job_result(proc)
     assert result["executors"] == 2 and result["jvm_pids"] >= 2
     np.testing.assert_allclose(result["ours"], result["ref"], rtol=1e-10)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from pyspark.ml import PipelineModel
 
+from job_support import failure_report
 from standalone_cluster import SPARK_SUBMIT, StandaloneCluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +47,7 @@ def test_spark_submit_to_a_standalone_cluster(spark, training_parquet, tmp_path)
             capture_output=True, text=True, timeout=600,
             env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
         executors = cluster.executor_dirs()
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, failure_report(proc)
     # The executors ran in the two workers (one application directory each).
     assert len(executors) == 2
     metrics = json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]
