@@ -205,6 +205,22 @@ def test_job_per_step_sends_fp16_partition_sums(wide_data):
     assert exact.summary.extra["gradientMessages"] == 2 * 100
 
 
+def test_jvm_job_per_step_counts_the_arrays_numpy_counts(wide_data):
+    """Both job-per-step engines move the same arrays, uncompressed: the weights once a
+    step, and each of the two partitions' sums with their three scalars."""
+    df, *_ = wide_data
+    budget = dict(maxIter=20, executionStrategy="jobPerStep", **SGD)
+    numpy_fit = SGDLogisticRegression(engine="python", **budget).fit(df)
+    jvm_fit = SGDLogisticRegression(engine="jvm", **budget).fit(df)
+    jvm, numpy_ = jvm_fit.summary.extra, numpy_fit.summary.extra
+    counted = ("bytesSent", "bytesReceived", "messagesSent", "messagesReceived",
+               "gradientMessages", "gradientBytes", "compression")
+    assert {key: jvm[key] for key in counted} == {key: numpy_[key] for key in counted}
+    # 100 coefficients and an intercept: 808 bytes each way, 24 for the scalars.
+    assert jvm["bytesSentPerStep"] == 808 and jvm["meanGradientBytes"] == 808 + 24
+    assert jvm["gradientMessages"] == 2 * 20
+
+
 def test_local_sgd_on_one_worker_is_plain_sgd(spark, regression_data):
     """One worker: k local steps then averaging one model is k ordinary steps, with the
     schedule of the global step, L2, weights, an intercept and standardization."""

@@ -1,8 +1,10 @@
-"""Bytes and messages through a parameter server: what each step costs on the wire.
+"""Bytes and messages a fit moves: what each step costs on the wire.
 
-Counted per frame as it is written or read (header, payload and tag), on
-the server's side of every connection: for the driver's server that is
-everything that crosses the driver's network interface for training.
+:class:`Traffic` counts a parameter server's frames as they are written or
+read (header, payload and tag), on the server's side of every connection:
+for the driver's server that is everything that crosses the driver's
+network interface for training. :class:`JobTraffic` counts the arrays of a
+job-per-step engine, whose messages Spark frames.
 """
 
 from __future__ import annotations
@@ -53,6 +55,29 @@ class Traffic:
             totals["gradientBytes"] = self.gradient_bytes
         return totals
 
+
+
+class JobTraffic:
+    """A job-per-step engine's arrays: each step's weights out, each partition's sums back.
+
+    ``bytesSent`` counts the weights once per step, whatever the number of
+    executors that fetch them; ``bytesReceived`` (= ``gradientBytes``) the
+    partitions' sums as they leave their tasks (encoded, when compressed)
+    plus their three scalars. Spark's pickling and framing are not included.
+    """
+
+    def __init__(self) -> None:
+        self.totals = dict(bytesSent=0, bytesReceived=0, messagesSent=0, messagesReceived=0,
+                           gradientMessages=0, gradientBytes=0)
+
+    def step(self, weights_bytes: int, sums_bytes: int, sums: int) -> None:
+        totals = self.totals
+        totals["bytesSent"] += weights_bytes
+        totals["messagesSent"] += 1
+        for key in ("bytesReceived", "gradientBytes"):
+            totals[key] += sums_bytes
+        for key in ("messagesReceived", "gradientMessages"):
+            totals[key] += sums
 
 
 def per_step(totals: Dict[str, float], steps: int) -> Dict[str, float]:

@@ -24,12 +24,13 @@ import logging
 import os
 import tempfile
 import threading
-from typing import Optional
+from typing import Dict, Optional
 
 import numpy as np
 import scipy.sparse as sp
 from pyspark import StorageLevel
 
+from gradspark.comm.traffic import JobTraffic
 from gradspark.data.blocks import BINARY, CLASS_INDEX, Block
 from gradspark.data.dataset import _num_features, trainable
 from gradspark.data.statistics import DataStatistics, Moments
@@ -284,13 +285,25 @@ def _loss_constants(loss: Loss) -> np.ndarray:
 
 
 class JvmGradientEngine:
-    """Distributed gradient sums with Scala kernels: one Spark job per call."""
+    """Distributed gradient sums with Scala kernels: one Spark job per call.
+
+    ``metrics`` counts the arrays each step moves
+    (:class:`~gradspark.comm.traffic.JobTraffic`): every partition's task
+    returns its sums (``GradientFunction`` in ``Kernels.scala``), even when
+    it has no rows.
+    """
 
     def __init__(self, data: JvmTrainingData, loss: Loss, aggregation_depth: int = 2) -> None:
         self.data = data
         self.loss = loss
         self.aggregation_depth = aggregation_depth
         self._constants = _to_bytes(_loss_constants(loss))
+        self.traffic = JobTraffic()
+        self._partitions = data.num_partitions  # fixed for the fit; asking is a py4j call
+
+    @property
+    def metrics(self) -> Dict[str, object]:
+        return {"compression": "none", **self.traffic.totals}
 
     def gradient_sums(
         self,
@@ -315,9 +328,10 @@ class JvmGradientEngine:
             self.data.blocks.gradientSums, self.loss.name, k, len(aux), self._constants,
             params, float(fraction), seed64, int(step), int(self.aggregation_depth),
         )
+        size = d * k + k + len(aux)
+        self.traffic.step(8 * size, self._partitions * 8 * (size + 3), self._partitions)
         if len(flat) == 0 or flat[-1] == 0:
             return None
-        size = d * k + k + len(aux)
         return GradientSums.from_vector(
             flat[:size].copy(), d, k, float(flat[size]), float(flat[size + 1]), int(flat[size + 2])
         )

@@ -20,6 +20,7 @@ import numpy as np
 from pyspark import RDD
 
 from gradspark.comm.compression import Compression
+from gradspark.comm.traffic import JobTraffic
 from gradspark.data.blocks import Block, sample_block
 from gradspark.engine.sums import GradientSums, add_sums
 from gradspark.faults import fault_plan
@@ -86,10 +87,8 @@ class PythonGradientEngine:
     """Distributed gradient sums with numpy kernels on the executors.
 
     ``compression``: ``none`` or ``fp16`` for the partitions' sums (see the
-    module docs). ``metrics`` counts the array bytes of every step's
-    broadcast weights (``bytesSent``, once per step whatever the number of
-    executors) and of the partitions' encoded sums plus their three scalars
-    (``bytesReceived``); Spark's own framing and pickling are not included.
+    module docs). ``metrics`` counts the arrays each step moves
+    (:class:`~gradspark.comm.traffic.JobTraffic`).
     """
 
     def __init__(self, blocks: RDD, loss: Loss, aggregation_depth: int = 2,
@@ -101,12 +100,11 @@ class PythonGradientEngine:
         self.loss = loss
         self.aggregation_depth = aggregation_depth
         self.compression = Compression(compression.name, error_feedback=False)
-        self.traffic = dict(bytesSent=0, bytesReceived=0, messagesSent=0, messagesReceived=0,
-                            gradientMessages=0, gradientBytes=0)
+        self.traffic = JobTraffic()
 
     @property
     def metrics(self) -> Dict[str, object]:
-        return {"compression": self.compression.name, **self.traffic}
+        return {"compression": self.compression.name, **self.traffic.totals}
 
     def gradient_sums(
         self,
@@ -155,16 +153,7 @@ class PythonGradientEngine:
                 None, keep_encoded, merge, depth=self.aggregation_depth
             )
             weights_bytes = sum(np.asarray(a).nbytes for a in (coef, offset, aux))
-            self._count(weights_bytes, result_bytes.value, results.value)
+            self.traffic.step(weights_bytes, result_bytes.value, results.value)
             return decoded(total, d, k)
         finally:
             state.destroy(blocking=False)
-
-    def _count(self, broadcast_bytes: int, result_bytes: int, results: int) -> None:
-        traffic = self.traffic
-        traffic["bytesSent"] += broadcast_bytes
-        traffic["messagesSent"] += 1
-        traffic["bytesReceived"] += result_bytes
-        traffic["messagesReceived"] += results
-        traffic["gradientBytes"] += result_bytes
-        traffic["gradientMessages"] += results
