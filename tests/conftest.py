@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -93,3 +95,14 @@ def gradspark_cached_rdds(spark) -> list:
     """Names of RDDs that gradspark cached and did not release."""
     rdds = spark.sparkContext._jsc.getPersistentRDDs().values()
     return [str(r.name()) for r in rdds if "gradspark" in str(r.name())]
+
+
+def wait_until(condition: Callable[[], object], seconds: float = 10.0) -> bool:
+    """Poll ``condition`` until it holds or ``seconds`` pass: threads, servers and sockets
+    close asynchronously, later on a loaded machine than on an idle one."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 
 import numpy as np
 import pytest
 
-from conftest import gradspark_cached_rdds
+from conftest import gradspark_cached_rdds, wait_until
 from ps_fuzz import fuzz
 from gradspark import SGDLinearRegression, SGDLogisticRegression
 from gradspark.faults import ENVIRONMENT_VARIABLE
@@ -89,9 +88,7 @@ def test_async_param_errors(classification_data):
 
 def _fit_server(seconds: float = 60.0):
     """The running fit's parameter server, once it is up (None if none comes)."""
-    deadline = time.monotonic() + seconds
-    while not running_servers() and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(running_servers, seconds)
     servers = running_servers()
     return servers[0] if servers else None
 
@@ -155,7 +152,7 @@ def test_nothing_is_left_behind_after_success_or_failure(spark, classification_d
     with pytest.raises(FloatingPointError):
         SGDLogisticRegression(optimizer="sgd", stepSize=1e308, maxIter=20, mode="async",
                               **LOOPBACK).fit(df)
-    time.sleep(0.2)
+    wait_until(lambda: not running_servers() and not _ps_threads())
     assert not running_servers() and not _ps_threads() and not gradspark_cached_rdds(spark)
 
 

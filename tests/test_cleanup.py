@@ -12,16 +12,16 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import tempfile
 import threading
-import time
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
 from pyspark import SparkContext
 
-from conftest import gradspark_cached_rdds
+from conftest import gradspark_cached_rdds, wait_until
 from gradspark import SGDLogisticRegression
 from gradspark.faults import ENVIRONMENT_VARIABLE
 from gradspark.ps import running_servers
@@ -73,7 +73,11 @@ def gradspark_threads() -> list:
 
 
 def gradspark_temp_files() -> list:
-    return glob.glob(os.path.join(tempfile.gettempdir(), "*gradspark*"))
+    """gradspark's files in the temp directory, less those of other drivers (a JVM result
+    file names its driver's pid): another test run on this machine makes its own."""
+    others = re.compile(rf"gradspark-(?!{os.getpid()}-)\d+-[^/]*\.f8$")
+    return [path for path in glob.glob(os.path.join(tempfile.gettempdir(), "*gradspark*"))
+            if not others.search(path)]
 
 
 OUTCOMES = {
@@ -109,9 +113,7 @@ def test_a_fit_leaves_nothing_behind(spark, classification_data, monkeypatch, wa
             assert error is None or way == "resident workers"
             assert np.all(np.isfinite(model.coefficients.toArray()))
 
-    deadline = time.monotonic() + 10  # servers stop asynchronously
-    while time.monotonic() < deadline and (running_servers() or gradspark_threads()):
-        time.sleep(0.1)
+    wait_until(lambda: not running_servers() and not gradspark_threads())
     assert gradspark_cached_rdds(spark) == []
     assert running_servers() == [] and gradspark_threads() == []
     assert [b for b in broadcasts if b._jbroadcast.isValid()] == []

@@ -15,6 +15,7 @@ import pytest
 
 from gradspark.comm.compression import Encoded
 from gradspark.data.blocks import Block
+from conftest import wait_until
 from ps_fuzz import fuzz, send_raw
 from gradspark.losses import SquaredLoss
 from gradspark.ps import ParameterClient, ParameterServer, ProtocolError, StalenessClock
@@ -126,8 +127,7 @@ def test_wrong_secret_is_refused_and_training_is_untouched():
             s.recv(HEADER.size + FIELDS[Kind.CHALLENGE].size + TAG_SIZE)
             channel.send(Kind.HELLO, (0, 0, b"n" * 32))
             assert s.recv(1024) == b""  # closed without a WELCOME
-        time.sleep(0.2)
-        assert server.rejected_frames == 2
+        assert wait_until(lambda: server.rejected_frames == 2), server.rejected_frames
     assert training.version == 0 and np.all(training.theta == objective.initial())
 
 
@@ -190,9 +190,12 @@ def test_server_closes_its_threads_and_port():
     with ParameterClient(address, server.secret, 0):
         pass
     server.close()
-    time.sleep(0.1)
-    leftover = {t.name for t in threading.enumerate()} - before
-    assert not [n for n in leftover if n.startswith("gradspark-ps")]
+
+    def ps_threads():
+        return [t.name for t in threading.enumerate()
+                if t.name.startswith("gradspark-ps") and t.name not in before]
+
+    assert wait_until(lambda: not ps_threads()), ps_threads()
     with pytest.raises(OSError):
         socket.create_connection(address, timeout=1).close()
 

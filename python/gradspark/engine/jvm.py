@@ -126,9 +126,11 @@ def _call_for_doubles(method, *args) -> np.ndarray:
     ACK: 80 KB (a 10,000-feature gradient) sent to the JVM and back took 48 ms
     median, against 0.7 ms one way, and a sparse step was 0.093 s. The JVM's
     write of the file took 0.4 ms. The driver JVM and this process share a host (py4j is local),
-    which pyspark's own temp-file transfers to the JVM also rely on.
+    which pyspark's own temp-file transfers to the JVM also rely on. The
+    file's name carries this driver's pid, so that drivers sharing a temp
+    directory can tell their files apart.
     """
-    fd, path = tempfile.mkstemp(prefix="gradspark-", suffix=".f8")
+    fd, path = tempfile.mkstemp(prefix=f"gradspark-{os.getpid()}-", suffix=".f8")
     os.close(fd)
     try:
         method(*args, path)
