@@ -56,7 +56,6 @@ class Traffic:
         return totals
 
 
-
 class JobTraffic:
     """A job-per-step engine's arrays: each step's weights out, each partition's sums back.
 
