@@ -125,10 +125,12 @@ def _call_for_doubles(method, *args) -> np.ndarray:
     writes in 8 KiB pieces, and on loopback the last piece waits for a delayed
     ACK: 80 KB (a 10,000-feature gradient) sent to the JVM and back took 48 ms
     median, against 0.7 ms one way, and a sparse step was 0.093 s. The JVM's
-    write of the file took 0.4 ms. The driver JVM and this process share a host (py4j is local),
-    which pyspark's own temp-file transfers to the JVM also rely on. The
-    file's name carries this driver's pid, so that drivers sharing a temp
-    directory can tell their files apart.
+    write of the file took 0.4 ms.
+
+    The driver JVM and this process share a host (py4j is local), as
+    pyspark's own temp-file transfers to the JVM assume. The file's name
+    carries this driver's pid, so that drivers sharing a temp directory can
+    tell their files apart.
     """
     fd, path = tempfile.mkstemp(prefix=f"gradspark-{os.getpid()}-", suffix=".f8")
     os.close(fd)
