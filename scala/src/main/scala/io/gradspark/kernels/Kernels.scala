@@ -319,13 +319,13 @@ final class GradientFunction(
   extends ((Int, Iterator[Block]) => Iterator[Array[Double]]) with Serializable {
 
   def apply(partition: Int, blocks: Iterator[Block]): Iterator[Array[Double]] = {
-    val p = params.value
-    val coef = java.util.Arrays.copyOfRange(p, 0, d * k)
-    val offset = java.util.Arrays.copyOfRange(p, d * k, d * k + k)
-    val aux = java.util.Arrays.copyOfRange(p, d * k + k, d * k + k + numAux)
+    // The kernels read coef(0 until d * k) and add X^T g into out(0 until d * k): no
+    // d-sized copies (on wide models each was a few tens of MB per task per step).
+    val coef = params.value
+    val offset = java.util.Arrays.copyOfRange(coef, d * k, d * k + k)
+    val aux = java.util.Arrays.copyOfRange(coef, d * k + k, d * k + k + numAux)
     val size = d * k + k + numAux
     val out = new Array[Double](size + 3)
-    val xtg = new Array[Double](d * k)
     val dAux = new Array[Double](numAux)
     val rng = if (fraction < 1.0) Kernels.sampler(seed, step, partition) else null
     blocks.foreach { full =>
@@ -335,7 +335,7 @@ final class GradientFunction(
       if (b.numRows > 0) {
         val g = Kernels.margins(b, coef, offset, k)
         out(size) += Losses.evaluate(loss, constants, g, k, b.labels, b.weights, aux, dAux)
-        Kernels.addXtg(b, g, k, xtg)
+        Kernels.addXtg(b, g, k, out)
         var i = 0
         while (i < b.numRows) {
           var c = 0
@@ -349,7 +349,6 @@ final class GradientFunction(
         out(size + 2) += b.numRows
       }
     }
-    System.arraycopy(xtg, 0, out, 0, d * k)
     System.arraycopy(dAux, 0, out, d * k + k, numAux)
     Iterator.single(out)
   }
@@ -360,9 +359,10 @@ final class SumArraysFunction extends ((Array[Double], Array[Double]) => Array[D
   def apply(a: Array[Double], b: Array[Double]): Array[Double] = {
     if (a.isEmpty) return b
     if (b.isEmpty) return a
-    val out = a.clone()
+    // In place: every array here is a task's own result or a partial sum made from
+    // them (deserialized copies), never shared.
     var i = 0
-    while (i < out.length) { out(i) += b(i); i += 1 }
-    out
+    while (i < a.length) { a(i) += b(i); i += 1 }
+    a
   }
 }

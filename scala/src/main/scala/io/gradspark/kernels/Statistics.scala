@@ -5,15 +5,17 @@ package io.gradspark.kernels
  * One flat Array[Double] per (partial) result, so nothing but a primitive
  * array ever goes back to the driver. Empty array = no rows (python's None).
  * Layout: count, weight_sum, weight_sq_sum, label_max, label_mean, label_m2,
- * num_classes, feature mean (d), feature m2 (d), class weights (num_classes).
+ * num_classes, stored entries (CSR non-zeros, n * d for dense blocks), feature
+ * mean (d), feature m2 (d), class weights (num_classes).
  * Means/M2 are merged with Chan et al.'s parallel update.
  */
 object Statistics {
-  val Header = 7
+  val Header = 8
 
-  def ofBlock(b: Block, trackClasses: Boolean): Array[Double] = {
+  /** withFeatures = false: the layout of a 0-feature block (header and classes only). */
+  def ofBlock(b: Block, trackClasses: Boolean, withFeatures: Boolean = true): Array[Double] = {
     val n = b.numRows
-    val d = b.numCols
+    val d = if (withFeatures) b.numCols else 0
     val y = b.labels
     val w = b.weights
     var total = 0.0
@@ -25,7 +27,9 @@ object Statistics {
     var yMean = 0.0
     var yM2 = 0.0
     if (total > 0) {
-      if (b.isSparse) {
+      if (d == 0) {
+        // header and label statistics only
+      } else if (b.isSparse) {
         i = 0
         while (i < n) {
           var p = b.indptr(i)
@@ -80,9 +84,32 @@ object Statistics {
     val out = new Array[Double](Header + 2 * d + classes.length)
     out(0) = n; out(1) = total; out(2) = wsq; out(3) = labelMax
     out(4) = yMean; out(5) = yM2; out(6) = classes.length
+    out(7) = if (b.isSparse) b.values.length.toDouble else n.toDouble * b.numCols
     System.arraycopy(mean, 0, out, Header, d)
     System.arraycopy(m2, 0, out, Header + d, d)
     System.arraycopy(classes, 0, out, Header + 2 * d, classes.length)
+    out
+  }
+
+  /** A full flat result from a 0-feature one and the weighted sums of x and x^2. */
+  def withSums(header: Array[Double], s1: Array[Double], s2: Array[Double]): Array[Double] = {
+    if (header.isEmpty) return header
+    val d = s1.length
+    val k = header(6).toInt
+    val out = new Array[Double](Header + 2 * d + k)
+    System.arraycopy(header, 0, out, 0, Header)
+    System.arraycopy(header, Header, out, Header + 2 * d, k)
+    val total = header(1)
+    if (total > 0) {
+      var j = 0
+      while (j < d) {
+        val mean = s1(j) / total
+        val m2 = s2(j) - total * mean * mean
+        out(Header + j) = mean
+        out(Header + d + j) = if (m2 >= 0.0) m2 else 0.0
+        j += 1
+      }
+    }
     out
   }
 
@@ -98,6 +125,7 @@ object Statistics {
     out(2) = a(2) + b(2)
     out(3) = math.max(a(3), b(3))
     out(6) = k
+    out(7) = a(7) + b(7)
     val wa = a(1)
     val wb = b(1)
     val total = wa + wb
@@ -130,12 +158,42 @@ object Statistics {
   }
 }
 
+/** A partition's statistics. Dense blocks are merged block by block (Chan et al.);
+ * CSR blocks add their weighted sums of x and x^2 into one pair of d-arrays for
+ * the whole partition, so a pass over wide sparse data costs O(non-zeros) plus
+ * O(d) once per partition, not O(d) per block. (Per block, the sparse path
+ * already used these raw sums.) */
 final class PartitionStatisticsFunction(trackClasses: Boolean, d: Int)
   extends (Iterator[Block] => Iterator[Array[Double]]) with Serializable {
   def apply(blocks: Iterator[Block]): Iterator[Array[Double]] = {
-    var acc = Array.emptyDoubleArray
-    blocks.foreach(b => acc = Statistics.merge(acc, Statistics.ofBlock(b, trackClasses), d))
-    Iterator.single(acc)
+    var dense = Array.emptyDoubleArray
+    var sparseHeader = Array.emptyDoubleArray // layout of d = 0
+    var s1: Array[Double] = null
+    var s2: Array[Double] = null
+    blocks.foreach { b =>
+      if (!b.isSparse) dense = Statistics.merge(dense, Statistics.ofBlock(b, trackClasses), d)
+      else {
+        if (s1 == null) { s1 = new Array[Double](d); s2 = new Array[Double](d) }
+        val w = b.weights
+        var i = 0
+        while (i < b.numRows) {
+          var p = b.indptr(i)
+          val end = b.indptr(i + 1)
+          while (p < end) {
+            val v = b.values(p)
+            val j = b.indices(p)
+            s1(j) += w(i) * v
+            s2(j) += w(i) * v * v
+            p += 1
+          }
+          i += 1
+        }
+        sparseHeader = Statistics.merge(
+          sparseHeader, Statistics.ofBlock(b, trackClasses, withFeatures = false), 0)
+      }
+    }
+    if (s1 == null) Iterator.single(dense)
+    else Iterator.single(Statistics.merge(dense, Statistics.withSums(sparseHeader, s1, s2), d))
   }
 }
 
