@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 
 import numpy as np
 import pytest
@@ -10,7 +11,9 @@ from pyspark.ml.classification import LogisticRegression
 from pyspark.ml.regression import LinearRegression
 
 from conftest import make_df
+from hashed_data import frames, hashed_rows
 from gradspark import SGDLinearRegression, SGDLogisticRegression
+from gradspark.trainer.divergence import DivergenceWarning
 
 SCALES = np.array([1e-8, 1e-4, 1.0, 1e4, 1e8])
 
@@ -68,10 +71,12 @@ def test_a_too_large_step_warns_before_it_overflows(spark, regression_data, capl
     # stepSize 2.5 on standardized features grows the error ~1.5x per step: finite
     # after 30 steps, but rising. A warning, not a silent model.
     params = dict(optimizer="sgd", stepSize=2.5, maxIter=30, regParam=0.0)
-    with caplog.at_level(logging.WARNING, logger="gradspark.trainer"):
+    with caplog.at_level(logging.WARNING, logger="gradspark.trainer"), \
+            pytest.warns(DivergenceWarning, match="lower stepSize"):
         model = SGDLinearRegression(**params).fit(df)
     history = model.summary.objectiveHistory
     assert history[-1] > history[0]
+    assert model.summary.extra["finalObjective"] > model.summary.extra["initialObjective"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("rose in each of the last 10 steps" in m and "stepSize" in m for m in warnings)
     # A step that suits the problem: the loss falls, and there is no warning.
@@ -85,3 +90,34 @@ def test_a_too_large_step_warns_before_it_overflows(spark, regression_data, capl
     tuned = SGDLinearRegression(optimizer="sgd", stepSize=0.5, maxIter=500, tol=1e-12).fit(df)
     np.testing.assert_allclose(tuned.coefficients.toArray(), ref.coefficients.toArray(),
                                rtol=1e-4)
+
+
+def test_adam_on_rare_features_standardized_diverges_loudly_raw_does_not(spark):
+    """The reported case in small: Adam moves a standardized coordinate by ~stepSize, that
+    is a rare feature's raw coefficient by stepSize / std. The fit must not come back
+    silently worse than its start."""
+    columns, labels = hashed_rows(3000, seed=11, rare=True)
+    df = frames(spark, columns, labels)
+    params = dict(optimizer="adam", stepSize=0.05, miniBatchFraction=0.02, maxIter=40,
+                  tol=0.0, regParam=1e-4, standardization=False)
+    with pytest.warns(DivergenceWarning, match="lower stepSize.*miniBatchFraction"):
+        bad = SGDLogisticRegression(parameterSpace="standardized", **params).fit(df)
+    extra = bad.summary.extra
+    assert extra["diverged"] and extra["finalObjective"] > extra["initialObjective"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DivergenceWarning)
+        good = SGDLogisticRegression(**params).fit(df)
+    extra = good.summary.extra
+    assert extra["parameterSpace"] == "raw" and not extra["diverged"]
+    assert extra["finalObjective"] < extra["initialObjective"]
+
+
+def test_divergence_check_covers_async_mode(spark):
+    g = np.random.default_rng(4)
+    X = g.normal(size=(400, 3))
+    y = X @ [1.0, -2.0, 0.5] + g.normal(size=400)
+    df = make_df(spark, X, {"label": y})
+    with pytest.warns(DivergenceWarning):
+        model = SGDLinearRegression(optimizer="sgd", stepSize=5.0, maxIter=4, mode="async",
+                                    maxStaleness=0, parameterServerHost="127.0.0.1").fit(df)
+    assert model.summary.extra["diverged"]

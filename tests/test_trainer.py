@@ -25,8 +25,7 @@ def _objective(data, loss, k, fit_intercept, depth=2, fraction=1.0):
         features_mean=stats.features.mean, features_std=stats.features_std,
         l2=np.zeros(0), l1=np.zeros(0), mini_batch_fraction=fraction, seed=5,
     )
-    obj.l2, obj.l1 = regularization_vectors(obj.size, data.num_features, k, 0.1, 0.0, False,
-                                            stats.features_std)
+    obj.l2, obj.l1 = regularization_vectors(obj, 0.1, 0.0, False)
     return obj
 
 

@@ -29,6 +29,7 @@ from pyspark.ml.param.shared import (
 from gradspark.comm.compression import COMPRESSIONS
 
 OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam")
+PARAMETER_SPACES = ("auto", "standardized", "raw")
 SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")
 MODES = ("sync", "async")
 ENGINES = ("auto", "python", "jvm")
@@ -85,6 +86,15 @@ class HasOptimizer(Params):
         "use Nesterov momentum with optimizer='sgd'",
         typeConverter=TypeConverters.toBoolean,
     )
+    parameterSpace: Param[str] = Param(
+        Params._dummy(),
+        "parameterSpace",
+        "the coordinates the optimizer moves (the objective is the same): 'standardized' "
+        "(MLlib's: coefficients of centered, unit-variance features), 'raw' (coefficients "
+        "of the input features as they are), or 'auto': raw for first-order optimizers on "
+        "sparse data (fewer than half the entries stored), standardized otherwise",
+        typeConverter=_one_of("parameterSpace", PARAMETER_SPACES),
+    )
 
     def getOptimizer(self) -> str:
         return self.getOrDefault(self.optimizer)
@@ -97,6 +107,9 @@ class HasOptimizer(Params):
 
     def getNesterov(self) -> bool:
         return self.getOrDefault(self.nesterov)
+
+    def getParameterSpace(self) -> str:
+        return self.getOrDefault(self.parameterSpace)
 
 
 class HasMode(Params):
@@ -360,6 +373,7 @@ class SGDParams(
             learningRateSchedule="constant",
             momentum=0.0,
             nesterov=False,
+            parameterSpace="auto",
             mode="sync",
             maxStaleness=2,
             workerTimeout=300.0,

@@ -25,7 +25,7 @@ BINARY = "binary"
 CLASS_INDEX = "class_index"
 
 # Below this density a block with sparse rows is kept CSR.
-_SPARSE_DENSITY = 0.5
+SPARSE_DENSITY = 0.5
 
 
 class Block(NamedTuple):
@@ -35,6 +35,11 @@ class Block(NamedTuple):
     labels: np.ndarray  # (n,)
     weights: np.ndarray  # (n,)
     first_row: int  # position of row 0 within its partition, for messages
+
+
+def compact_block(block: Block, features: np.ndarray) -> Block:
+    """The block on the given (ascending) feature columns only, renumbered 0, 1, ..."""
+    return block._replace(features=block.features[:, features])
 
 
 def blockify_partition(
@@ -138,7 +143,7 @@ def _stack(vectors: list, num_features: int) -> Matrix:
         (np.concatenate(data).astype(np.float64), np.concatenate(indices), indptr),
         shape=(len(vectors), num_features),
     )
-    if csr.nnz >= _SPARSE_DENSITY * len(vectors) * num_features:
+    if csr.nnz >= SPARSE_DENSITY * len(vectors) * num_features:
         return csr.toarray()
     return csr
 

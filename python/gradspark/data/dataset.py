@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+import numpy as np
+
 from pyspark import RDD, StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from gradspark.data.blocks import CLASS_INDEX, BINARY, blockify_partition
+from gradspark.data.blocks import CLASS_INDEX, BINARY, blockify_partition, compact_block
 from gradspark.data.statistics import DataStatistics, block_statistics, merge_statistics
 from gradspark.data.validation import InvalidDataError, check_schema, raising_data_errors
 
@@ -45,6 +47,8 @@ class TrainingData:
     ) -> None:
         check_schema(df, features_col, label_col, weight_col)
         self.num_features = _num_features(df, features_col)
+        self._uncompacted: Optional[RDD] = None  # the blocks before compact(), if called
+        self._feature_map = None
         columns = [F.col(features_col), F.col(label_col).cast("double")]
         if weight_col:
             columns.append(F.col(weight_col).cast("double"))
@@ -84,6 +88,21 @@ class TrainingData:
         )
 
     # The interface JvmTrainingData shares: what the estimators and engines read.
+    def compact(self, active: np.ndarray) -> None:
+        """Keep only the ``active`` features, renumbered (see :mod:`gradspark.data.compaction`):
+        the compacted blocks are cached and computed now, these unpersisted."""
+        sc = self.blocks.context
+        self._feature_map = sc.broadcast(np.asarray(active, dtype=np.int64))
+        feature_map = self._feature_map
+        compacted = self.blocks.map(lambda block: compact_block(block, feature_map.value))
+        compacted.persist(StorageLevel.MEMORY_AND_DISK)
+        compacted.setName(f"{self.blocks.name()} ({len(active)} of {self.num_features} features)")
+        compacted.foreach(lambda _: None)
+        self.blocks.unpersist(blocking=False)
+        self._uncompacted, self.blocks = self.blocks, compacted
+        self.statistics = self.statistics.select(active)
+        self.num_features = len(active)
+
     def python_blocks(self) -> RDD:
         return self.blocks
 
@@ -101,12 +120,18 @@ class TrainingData:
         return self.blocks.id()
 
     def release(self) -> None:
-        self.blocks.unpersist(blocking=False)
-        checkpoint_file = self.blocks.getCheckpointFile()
-        if checkpoint_file:
-            jvm = self.blocks.context._jvm
-            path = jvm.org.apache.hadoop.fs.Path(checkpoint_file)
-            path.getFileSystem(self.blocks.context._jsc.hadoopConfiguration()).delete(path, True)
+        for blocks in (self.blocks, self._uncompacted):
+            if blocks is None:
+                continue
+            blocks.unpersist(blocking=False)
+            checkpoint_file = blocks.getCheckpointFile()
+            if checkpoint_file:
+                jvm = blocks.context._jvm
+                path = jvm.org.apache.hadoop.fs.Path(checkpoint_file)
+                path.getFileSystem(blocks.context._jsc.hadoopConfiguration()).delete(path, True)
+        if self._feature_map is not None:
+            self._feature_map.destroy()
+            self._feature_map = None
 
     def __enter__(self) -> "TrainingData":
         return self

@@ -8,6 +8,7 @@ unbiased in the same (reliability-weight) sense as MLlib's ``Summarizer``:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -48,10 +49,22 @@ class DataStatistics:
     label: Moments
     label_max: float
     class_weights: np.ndarray  # weight per integer label value (classification)
+    stored_entries: float = 0.0  # CSR non-zeros, plus n x d for every dense block
 
     @property
     def num_features(self) -> int:
         return len(self.features.mean)
+
+    @property
+    def density(self) -> float:
+        """Stored entries per row and feature: below 0.5 the blocks are CSR."""
+        return self.stored_entries / max(self.count * self.num_features, 1)
+
+    def select(self, features: np.ndarray) -> "DataStatistics":
+        """The same statistics restricted to the given feature indices."""
+        f = self.features
+        return dataclasses.replace(
+            self, features=Moments(f.weight_sum, f.mean[features], f.m2[features]))
 
     def _unbiased(self, m2: np.ndarray) -> np.ndarray:
         denom = self.weight_sum - self.weight_sq_sum / self.weight_sum
@@ -98,6 +111,7 @@ def block_statistics(block: Block, track_classes: bool) -> Optional[DataStatisti
         label=Moments(total, y_mean, y_m2),
         label_max=float(y.max()) if len(y) else -np.inf,
         class_weights=classes,
+        stored_entries=float(x.nnz if sp.issparse(x) else x.size),
     )
 
 
@@ -120,4 +134,5 @@ def merge_statistics(
         label=a.label.merge(b.label),
         label_max=max(a.label_max, b.label_max),
         class_weights=classes,
+        stored_entries=a.stored_entries + b.stored_entries,
     )

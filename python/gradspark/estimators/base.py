@@ -35,6 +35,8 @@ from pyspark.sql import DataFrame
 from gradspark.checkpoints import CheckpointStore, TrainingCheckpoints, data_fingerprint
 from gradspark.comm.compression import Compression
 from gradspark.comm.traffic import per_step
+from gradspark.data.blocks import SPARSE_DENSITY
+from gradspark.data.compaction import active_features, expand_rows
 from gradspark.data.dataset import TrainingData
 from gradspark.data.statistics import DataStatistics
 from gradspark.engine import PythonGradientEngine
@@ -46,6 +48,7 @@ from gradspark.losses import Loss
 from gradspark.params import SGDParams, validate_sgd_params
 from gradspark.report import LossCurve
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
+from gradspark.trainer.divergence import check_final_objective
 from gradspark.trainer.local_sgd import LocalSGDResponse, train_local_sgd
 
 logger = logging.getLogger(__name__)
@@ -78,34 +81,26 @@ class TrainingSummary(LossCurve):
 
 
 def regularization_vectors(
-    objective_size: int,
-    num_features: int,
-    num_outputs: int,
-    reg_param: float,
-    elastic_net: float,
-    standardization: bool,
-    features_std: np.ndarray,
+    objective: LinearObjective, reg_param: float, elastic_net: float, standardization: bool,
 ):
-    """Per-parameter (l2, l1) strengths in the standardized space, as MLlib defines them.
+    """Per-parameter (l2, l1) strengths in the objective's parameter space, as MLlib defines
+    the penalty.
 
-    With ``standardization=False`` MLlib still optimizes in the standardized
-    space but penalizes ``beta_s / sigma`` (L2: ``/ sigma**2``), i.e. the
-    penalty is on the original-scale coefficients. Intercepts and auxiliary
-    parameters are never penalized.
+    MLlib penalizes the standardized coefficients ``beta_s`` when
+    ``standardization=True``, and the original-scale ones ``beta_s / sigma``
+    (L2: ``/ sigma**2``) otherwise. With ``beta_s = r * theta``
+    (:meth:`LinearObjective.penalty_scale`) both become per-coordinate weights on
+    ``theta``. Intercepts and auxiliary parameters are never penalized.
     """
-    l2 = np.zeros(objective_size)
-    l1 = np.zeros(objective_size)
+    l2 = np.zeros(objective.size)
+    l1 = np.zeros(objective.size)
     if reg_param > 0:
-        if standardization:
-            per_feature_l2 = np.ones(num_features)
-            per_feature_l1 = np.ones(num_features)
-        else:
-            inv = np.divide(1.0, features_std, out=np.zeros_like(features_std),
-                            where=features_std > 0)
-            per_feature_l2, per_feature_l1 = inv**2, inv
-        n = num_features * num_outputs
-        l2[:n] = np.repeat(reg_param * (1.0 - elastic_net) * per_feature_l2, num_outputs)
-        l1[:n] = np.repeat(reg_param * elastic_net * per_feature_l1, num_outputs)
+        # |coefficient penalized| per unit of theta
+        per_unit = objective.penalty_scale() if standardization else objective.inv_std
+        n = objective.num_coefficients
+        k = objective.num_outputs
+        l2[:n] = np.repeat(reg_param * (1.0 - elastic_net) * per_unit**2, k)
+        l1[:n] = np.repeat(reg_param * elastic_net * per_unit, k)
     return l2, l1
 
 
@@ -193,6 +188,12 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             checkpoint_dir=self._data_checkpoint_dir(),
         )
         with data:
+            input_features = data.num_features
+            active = active_features(data.statistics)
+            if active is not None:
+                data.compact(active)
+                logger.info("%s: training on the %d of %d features that vary",
+                            type(self).__name__, len(active), input_features)
             stats = data.statistics
             problem = self._problem(stats)
             num_features = data.num_features
@@ -212,11 +213,11 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
                 label_scale=problem.label_scale,
                 mini_batch_fraction=self.getMiniBatchFraction(),
                 seed=self.getSeed(),
+                space=self._parameter_space(stats),
             )
             objective.l2, objective.l1 = regularization_vectors(
-                objective.size, num_features, problem.num_outputs, problem.reg_param,
-                self.getElasticNetParam(), self.getStandardization(), stats.features_std,
-            )
+                objective, problem.reg_param, self.getElasticNetParam(),
+                self.getStandardization())
             config = self._trainer_config()
             checkpoints = self._checkpoints(dataset, stats, weight_col)
             theta0 = objective.initial(problem.initial_intercepts)
@@ -232,9 +233,15 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             else:
                 with engine if choice.strategy == "resident" else contextlib.nullcontext():
                     result = train_sync(objective, theta0, config, checkpoints)
-            coefficients, intercepts, aux = objective.original_space(result.theta)
             engine_metrics = getattr(engine, "metrics", {})
-        metrics = {**engine_metrics, **result.metrics}
+            outcome = {}
+            if config.optimizer != "lbfgs":  # L-BFGS's history is exact and never goes up
+                outcome = check_final_objective(
+                    objective, self._evaluation_engine(data, engine, choice, jvm_data, problem),
+                    theta0, result.theta, config)
+            coefficients, intercepts, aux = objective.original_space(result.theta)
+            coefficients = expand_rows(coefficients, active, input_features)
+        metrics = {**engine_metrics, **result.metrics, **outcome}
         metrics.update(per_step(metrics, result.iterations))
 
         model = self._make_model(coefficients, intercepts, aux, problem)
@@ -248,10 +255,21 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             extra={"mode": self.getMode(), "engine": choice.kernels,
                    "executionStrategy": choice.strategy, "jvmData": jvm_data,
                    "gradientEvaluations": objective.evaluations,
+                   "trainedFeatures": num_features, "parameterSpace": objective.space,
                    "resumedFromStep": result.resumed_from, **metrics},
         )
         self._copyValues(model)
         return model
+
+    def _parameter_space(self, stats: DataStatistics) -> str:
+        """``parameterSpace``, with ``auto`` resolved (see the Param's doc and
+        :mod:`gradspark.trainer.objective`)."""
+        space = self.getParameterSpace()
+        if space == "auto":
+            first_order_on_sparse = (self.getOptimizer() != "lbfgs"
+                                     and stats.density < SPARSE_DENSITY)
+            space = "raw" if first_order_on_sparse else "standardized"
+        return space
 
     def _choose_engine(self, sc, data, jvm_data: bool) -> EngineChoice:
         workers = min(data.num_partitions, task_slots(sc))
@@ -287,6 +305,20 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
         # (async mode's workers compress their own pushes; this engine is unused there)
         compression = self._compression() if choice.strategy == "jobPerStep" else Compression()
         return PythonGradientEngine(data.python_blocks(), problem.loss, depth, compression)
+
+
+    def _evaluation_engine(self, data, engine, choice: EngineChoice, jvm_data: bool,
+                           problem: LinearProblem):
+        """An engine that sums every row once per call, outside any resident stage: the
+        fit's own when it runs a job per step, else a job-per-step one over the same blocks."""
+        if choice.strategy == "jobPerStep":
+            return engine
+        depth = self.getAggregationDepth()
+        if jvm_data:
+            from gradspark.engine.jvm import JvmGradientEngine
+
+            return JvmGradientEngine(data, problem.loss, depth)
+        return PythonGradientEngine(data.python_blocks(), problem.loss, depth)
 
 
 def jvm_training_data():

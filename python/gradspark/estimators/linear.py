@@ -79,6 +79,7 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         learningRateSchedule: str = "constant",
         momentum: float = 0.0,
         nesterov: bool = False,
+        parameterSpace: str = "auto",
         mode: str = "sync",
         maxStaleness: int = 2,
         workerTimeout: float = 300.0,

@@ -63,6 +63,11 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         ``learningRateSchedule`` and ``stepSize``.
     miniBatchFraction : float
         Fraction of rows sampled per step, reproducibly from ``seed`` and the step.
+    parameterSpace : {"auto", "standardized", "raw"}
+        The coordinates the optimizer moves; the objective is the same. ``auto``
+        takes ``raw`` for first-order optimizers on sparse data (where
+        standardized Adam steps would move rare features' coefficients by
+        ``stepSize / std``) and MLlib's ``standardized`` space otherwise.
 
     Examples
     --------
@@ -96,6 +101,7 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         learningRateSchedule: str = "constant",
         momentum: float = 0.0,
         nesterov: bool = False,
+        parameterSpace: str = "auto",
         mode: str = "sync",
         maxStaleness: int = 2,
         workerTimeout: float = 300.0,

@@ -57,6 +57,7 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
         learningRateSchedule: str = "constant",
         momentum: float = 0.0,
         nesterov: bool = False,
+        parameterSpace: str = "auto",
         mode: str = "sync",
         maxStaleness: int = 2,
         workerTimeout: float = 300.0,

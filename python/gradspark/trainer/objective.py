@@ -1,11 +1,20 @@
 """The regularized training objective of a linear model, in the space the optimizer sees.
 
-Parameters ``theta`` live in MLlib's *standardized* space: coefficient
-``beta_s[j]`` multiplies ``(x_j - mu_j) / sigma_j`` (centering only when an
-intercept is fitted). Optimizing there gives MLlib's conditioning and its
-regularization semantics, but the data is never rescaled: the engine is
-handed the equivalent raw-space map ``B = beta_s / sigma``,
+``space="standardized"`` (MLlib's): coefficient ``beta_s[j]`` multiplies
+``(x_j - mu_j) / sigma_j`` (centering only when an intercept is fitted).
+Optimizing there gives MLlib's conditioning, but the data is never rescaled:
+the engine is handed the equivalent raw-space map ``B = beta_s / sigma``,
 ``c = b_s - (mu / sigma) @ beta_s`` and the chain rule is applied here.
+
+``space="raw"``: coefficient ``theta[j]`` multiplies ``x_j`` itself. This is
+the space for per-coordinate and mini-batch optimizers on sparse data: in
+the standardized space a rare binary feature (``sigma_j ~ sqrt(p_j)``) moves
+its raw coefficient by ``lr / sigma_j`` per Adam step, hundreds of times the
+step size, and centering gives every coordinate a non-zero gradient in every
+mini-batch, so all of them move. Raw coordinates untouched by a mini-batch
+get no data gradient. The objective is the same either way: the penalty is
+expressed on the same coefficients (see :meth:`LinearObjective.penalty_scale`),
+and a feature with ``sigma_j = 0`` has a zero coefficient in both (MLlib's rule).
 
 Layout of ``theta``: ``beta_s`` (d x k, row-major), then k intercepts when
 fitted, then the loss's auxiliary parameters (Huber's scale).
@@ -40,12 +49,25 @@ class LinearObjective:
     label_scale: float = 1.0
     mini_batch_fraction: float = 1.0
     seed: int = 0
+    space: str = "standardized"  # or "raw" (see the module docstring)
 
     def __post_init__(self) -> None:
         std = self.features_std
-        self.inv_std = np.divide(1.0, std, out=np.zeros_like(std), where=std > 0)
-        self.scaled_mean = self.features_mean * self.inv_std
+        if self.space not in ("standardized", "raw"):
+            raise ValueError(f"unknown parameter space {self.space!r}")
+        standardized = self.space == "standardized"
+        # inv_std: d raw coefficient / d theta; zero for features that never vary
+        scale = std if standardized else np.ones_like(std)
+        self.inv_std = np.divide(1.0, scale, out=np.zeros_like(std), where=std > 0)
+        self.centered = self.fit_intercept and standardized
+        self.scaled_mean = self.features_mean * self.inv_std if self.centered \
+            else np.zeros_like(std)
         self.evaluations = 0
+
+    def penalty_scale(self) -> np.ndarray:
+        """``r`` with MLlib's standardized coefficient ``beta_s = r * theta`` per feature: 1 in
+        the standardized space, ``sigma`` in the raw one (0 where ``sigma`` is 0)."""
+        return self.features_std * self.inv_std
 
     # -- layout ---------------------------------------------------------
     @property
@@ -79,7 +101,7 @@ class LinearObjective:
     def linear_map(self, theta: np.ndarray):
         beta, intercept, aux = self.split(theta)
         coef = beta * self.inv_std[:, None]
-        offset = intercept - self.scaled_mean @ beta if self.fit_intercept else intercept
+        offset = intercept - self.scaled_mean @ beta if self.centered else intercept
         return coef, offset, aux
 
     def original_space(self, theta: np.ndarray):
@@ -107,7 +129,7 @@ class LinearObjective:
         """Weighted mean loss and gradient w.r.t. ``theta`` from raw-space sums."""
         if sums is None or sums.weight_sum <= 0:
             return 0.0, np.zeros_like(theta)  # an empty mini-batch moves nothing
-        xtg = sums.xtg - np.outer(self.features_mean, sums.gsum) if self.fit_intercept \
+        xtg = sums.xtg - np.outer(self.features_mean, sums.gsum) if self.centered \
             else sums.xtg
         parts = [(xtg * self.inv_std[:, None]).ravel()]
         if self.fit_intercept:
@@ -126,7 +148,7 @@ class LinearObjective:
         a centered ``xtg`` does not depend on ``gsum`` arriving in the same message.
         """
         xtg, gsum, d_aux = split_map(vector, self.num_features, self.num_outputs)
-        if self.fit_intercept:
+        if self.centered:
             xtg = xtg - np.outer(self.features_mean, gsum)
         return np.concatenate([(xtg * self.inv_std[:, None]).ravel(), gsum, d_aux])
 
@@ -134,9 +156,10 @@ class LinearObjective:
         """The inverse of :meth:`sums_to_theta_space` (zero for constant features, whose
         gradient is zero either way)."""
         xtg, gsum, d_aux = split_map(vector, self.num_features, self.num_outputs)
-        std = np.where(self.inv_std > 0, self.features_std, 0.0)
-        xtg = xtg * std[:, None]
-        if self.fit_intercept:
+        scale = np.divide(1.0, self.inv_std, out=np.zeros_like(self.inv_std),
+                          where=self.inv_std > 0)
+        xtg = xtg * scale[:, None]
+        if self.centered:
             xtg = xtg + np.outer(self.features_mean, gsum)
         return np.concatenate([xtg.ravel(), gsum, d_aux])
 

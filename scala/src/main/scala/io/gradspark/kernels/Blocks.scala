@@ -23,6 +23,45 @@ final class Block(
 
   def isSparse: Boolean = dense == null
 
+  /** The same rows on the features j with map(j) >= 0, renumbered map(j) (ascending
+   *  with j, so CSR rows stay sorted). */
+  def compact(map: Array[Int], numActive: Int): Block = {
+    if (isSparse) {
+      var nnz = 0
+      var p = 0
+      while (p < indices.length) { if (map(indices(p)) >= 0) nnz += 1; p += 1 }
+      val ptr = new Array[Int](numRows + 1)
+      val idx = new Array[Int](nnz)
+      val vals = new Array[Double](nnz)
+      var q = 0
+      var i = 0
+      while (i < numRows) {
+        p = indptr(i)
+        while (p < indptr(i + 1)) {
+          val c = map(indices(p))
+          if (c >= 0) { idx(q) = c; vals(q) = values(p); q += 1 }
+          p += 1
+        }
+        ptr(i + 1) = q
+        i += 1
+      }
+      new Block(numRows, numActive, null, ptr, idx, vals, labels, weights, firstRow)
+    } else {
+      val x = new Array[Double](numRows * numActive)
+      var i = 0
+      while (i < numRows) {
+        var j = 0
+        while (j < numCols) {
+          val c = map(j)
+          if (c >= 0) x(i * numActive + c) = dense(i * numCols + j)
+          j += 1
+        }
+        i += 1
+      }
+      new Block(numRows, numActive, x, null, null, null, labels, weights, firstRow)
+    }
+  }
+
   /** The rows where keep(i); same layout as this block. */
   def select(keep: Array[Boolean]): Block = {
     val n = keep.count(identity)
@@ -293,6 +332,11 @@ final class EncodeBlockFunction extends (Block => Array[Byte]) with Serializable
     }
     buf.array()
   }
+}
+
+final class CompactBlockFunction(map: org.apache.spark.broadcast.Broadcast[Array[Int]],
+    numActive: Int) extends (Block => Block) with Serializable {
+  def apply(b: Block): Block = b.compact(map.value, numActive)
 }
 
 final class BlockToRowFunction extends (Block => Row) with Serializable {

@@ -4,6 +4,7 @@ import java.nio.{ByteBuffer, ByteOrder}
 import java.nio.file.{Files, Paths}
 
 import org.apache.hadoop.fs.Path
+import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{DataFrame, Dataset, Row, SparkSession}
 import org.apache.spark.sql.functions.col
@@ -17,8 +18,9 @@ import org.apache.spark.storage.StorageLevel
  */
 object PythonEntry {
   /** What python checks before calling (gradspark.engine.jvm.KERNELS_VERSION): bump it
-   *  whenever a signature python calls changes. 2: results go to a file. */
-  val Version = "2"
+   *  whenever a signature python calls changes. 2: results go to a file. 3: the weights
+   *  come from a file too; JvmBlocks.compact. */
+  val Version = "3"
 
   /** Validated blocks of df, cached MEMORY_AND_DISK (not yet computed: call statistics). */
   def blockify(
@@ -46,6 +48,18 @@ object PythonEntry {
   def writeDoubles(a: Array[Double], path: String): Unit =
     Files.write(Paths.get(path), toBytes(a))
 
+  /** Little-endian float64 from a file python wrote: a py4j byte[] travels base64-encoded,
+   *  which cost ~0.15 s per step for 4 million weights. */
+  def readDoubles(path: String): Array[Double] = fromBytes(Files.readAllBytes(Paths.get(path)))
+
+  /** Little-endian int32 from a file python wrote. */
+  def readInts(path: String): Array[Int] = {
+    val b = Files.readAllBytes(Paths.get(path))
+    val out = new Array[Int](b.length / 4)
+    ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN).asIntBuffer().get(out)
+    out
+  }
+
   def fromBytes(b: Array[Byte]): Array[Double] = {
     val out = new Array[Double](b.length / 8)
     ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN).asDoubleBuffer().get(out)
@@ -60,8 +74,14 @@ object PythonEntry {
   def setUseBlas(on: Boolean): Unit = Kernels.useBlas = on
 }
 
-/** Driver-side handle on the cached blocks; never serialized. */
-final class JvmBlocks(spark: SparkSession, val rdd: RDD[Block], val numFeatures: Int) {
+/** Driver-side handle on the cached blocks; never serialized.
+ *
+ * `parent` and `featureMap`: what a compacted copy (see `compact`) still holds
+ * and releases with it.
+ */
+final class JvmBlocks(
+    spark: SparkSession, val rdd: RDD[Block], val numFeatures: Int,
+    parent: JvmBlocks = null, featureMap: Broadcast[Array[Int]] = null) {
 
   def numPartitions: Int = rdd.getNumPartitions
 
@@ -75,12 +95,12 @@ final class JvmBlocks(spark: SparkSession, val rdd: RDD[Block], val numFeatures:
     PythonEntry.writeDoubles(stats, resultPath)
   }
 
-  /** One Spark job; writes flat float64 xtg, gsum, d_aux, loss_sum, weight_sum, count to
-   *  resultPath. */
+  /** One Spark job; reads the weights from paramsPath and writes flat float64 xtg, gsum,
+   *  d_aux, loss_sum, weight_sum, count to resultPath. */
   def gradientSums(
-      loss: String, numOutputs: Int, numAux: Int, constants: Array[Byte], params: Array[Byte],
+      loss: String, numOutputs: Int, numAux: Int, constants: Array[Byte], paramsPath: String,
       fraction: Double, seed: Long, step: Int, depth: Int, resultPath: String): Unit = {
-    val weights = StepWeights(rdd.sparkContext, PythonEntry.fromBytes(params))
+    val weights = StepWeights(rdd.sparkContext, PythonEntry.readDoubles(paramsPath))
     try {
       val fn = new GradientFunction(weights, loss, PythonEntry.fromBytes(constants), numFeatures,
         numOutputs, numAux, fraction, seed, step)
@@ -97,13 +117,42 @@ final class JvmBlocks(spark: SparkSession, val rdd: RDD[Block], val numFeatures:
     spark.createDataFrame(rdd.map(new BlockToRowFunction), schema)
   }
 
+  /** The blocks with only the features listed (ascending int32 in activePath), renumbered
+   *  0, 1, ...: cached and computed now, after which these blocks are unpersisted.
+   *
+   *  A feature that never varies gets a zero coefficient (MLlib's rule), so wide
+   *  sparse data trains the same model on the features that occur: every
+   *  per-step array then has the size of those, not of the hashing space. The
+   *  map stays broadcast until release, for recomputing a lost partition (from
+   *  these blocks' lineage or checkpoint). */
+  def compact(activePath: String): JvmBlocks = {
+    val active = PythonEntry.readInts(activePath)
+    val map = Array.fill(numFeatures)(-1)
+    var j = 0
+    while (j < active.length) { map(active(j)) = j; j += 1 }
+    val sc = rdd.sparkContext
+    val bc = sc.broadcast(map)
+    val compacted = rdd.map(new CompactBlockFunction(bc, active.length))
+    compacted.persist(StorageLevel.MEMORY_AND_DISK)
+    compacted.setName(rdd.name + s" (${active.length} of $numFeatures features)")
+    sc.runJob(compacted, new CountBlocksFunction)
+    rdd.unpersist(blocking = false)
+    new JvmBlocks(spark, compacted, active.length, this, bc)
+  }
+
   def release(): Unit = {
     rdd.unpersist(blocking = false)
     rdd.getCheckpointFile.foreach { file =>
       val path = new Path(file)
       path.getFileSystem(rdd.sparkContext.hadoopConfiguration).delete(path, true)
     }
+    if (featureMap != null) featureMap.destroy()
+    if (parent != null) parent.release()
   }
+}
+
+final class CountBlocksFunction extends (Iterator[Block] => Int) with Serializable {
+  def apply(blocks: Iterator[Block]): Int = blocks.size
 }
 
 final class ProcessIdFunction extends (Iterator[Row] => Iterator[Long]) with Serializable {
