@@ -23,6 +23,20 @@ def hashed(spark):
     return wide, narrow, occurring
 
 
+def objective(df, occurring, model, l2=0.0, l1=0.0, standardization=True):
+    """MLlib's logistic objective of a fitted model, in numpy, on the occurring columns."""
+    rows = df.collect()
+    X = np.zeros((len(rows), len(occurring)))
+    for i, r in enumerate(rows):
+        X[i, np.searchsorted(occurring, r.features.indices)] = r.features.values
+    y = np.array([r.label for r in rows])
+    coefficients = model.coefficients.toArray()[occurring]
+    margin = X @ coefficients + model.intercept
+    loss = np.mean(np.logaddexp(0, margin) - y * margin)
+    scaled = coefficients * X.std(axis=0, ddof=1) if standardization else coefficients
+    return loss + l2 / 2 * scaled @ scaled + l1 * np.abs(scaled).sum()
+
+
 @pytest.mark.parametrize("engine,strategy", [
     ("auto", "jobPerStep"),      # JVM blocks compacted in Scala, JVM kernels
     ("python", "jobPerStep"),    # Python blocks compacted in Python workers
@@ -65,30 +79,16 @@ def test_parameter_spaces_reach_the_same_objective(hashed):
     """The space changes the path, not the problem: at convergence both spaces give MLlib's
     objective (evaluated independently in numpy from the returned model)."""
     wide, _, occurring = hashed
-    rows = wide.collect()
-    X = np.zeros((len(rows), WIDE))
-    for i, r in enumerate(rows):
-        X[i, r.features.indices] = 1.0
-    y = np.array([r.label for r in rows])
-
-    def objective(model, reg):
-        margin = X @ model.coefficients.toArray() + model.intercept
-        loss = np.mean(np.logaddexp(0, margin) - y * margin)
-        std = X[:, occurring].std(axis=0, ddof=1)
-        scaled = model.coefficients.toArray()[occurring] * std
-        return loss + reg / 2 * scaled @ scaled
-
     values = {}
     for space in ("standardized", "raw"):
         model = SGDLogisticRegression(optimizer="sgd", stepSize=1.0, maxIter=3000, tol=1e-12,
                                       regParam=0.01, parameterSpace=space).fit(wide)
         assert model.summary.extra["parameterSpace"] == space
-        assert model.summary.extra["finalObjective"] == pytest.approx(
-            objective(model, 0.01), rel=1e-9)
-        values[space] = objective(model, 0.01)
+        values[space] = objective(wide, occurring, model, l2=0.01)
+        assert model.summary.extra["finalObjective"] == pytest.approx(values[space], rel=1e-9)
     lbfgs = SGDLogisticRegression(regParam=0.01, tol=1e-12, maxIter=500).fit(wide)
     for value in values.values():
-        assert value == pytest.approx(objective(lbfgs, 0.01), rel=1e-5)
+        assert value == pytest.approx(objective(wide, occurring, lbfgs, l2=0.01), rel=1e-5)
 
 
 def test_auto_space_is_raw_for_first_order_on_sparse_data_only(spark, hashed):
@@ -101,3 +101,42 @@ def test_auto_space_is_raw_for_first_order_on_sparse_data_only(spark, hashed):
     for frame, optimizer, expected in cases:
         model = SGDLogisticRegression(optimizer=optimizer, maxIter=3).fit(frame)
         assert model.summary.extra["parameterSpace"] == expected, (optimizer, expected)
+
+
+def test_ftrl_with_l1_gives_true_zeros_at_mllibs_lasso_objective(hashed):
+    wide, _, occurring = hashed
+    params = dict(regParam=0.02, elasticNetParam=1.0, standardization=False)
+    ftrl = SGDLogisticRegression(optimizer="ftrl", stepSize=0.5, maxIter=1500, tol=0.0,
+                                 **params).fit(wide)
+    ref = LogisticRegression(maxIter=500, tol=1e-10, **params).fit(wide)
+    ours, theirs = ftrl.coefficients.toArray(), ref.coefficients.toArray()
+    assert ftrl.summary.extra["parameterSpace"] == "raw"
+    assert np.all(np.delete(ours, occurring) == 0.0)
+    zeros = occurring[theirs[occurring] == 0.0]
+    assert len(zeros) > 5 and np.all(ours[zeros] == 0.0)  # L1 in closed form: exact zeros
+    ours_value = objective(wide, occurring, ftrl, l1=0.02, standardization=False)
+    assert ftrl.summary.extra["finalObjective"] == pytest.approx(ours_value, rel=1e-9)
+    assert ours_value == pytest.approx(
+        objective(wide, occurring, ref, l1=0.02, standardization=False), rel=1e-4)
+
+
+@pytest.mark.parametrize("partitions,depth", [(2, 2), (9, 3)])
+def test_jvm_statistics_of_csr_partitions_match_numpy(spark, partitions, depth):
+    """All-CSR partitions answer with their non-zero sums only (a dense answer at 2^24
+    features is 268 MB); merged over tree levels and densified, they equal numpy's."""
+    from gradspark.data.blocks import BINARY
+    from gradspark.engine.jvm import JvmTrainingData
+
+    columns, labels = hashed_rows(500, seed=21)
+    df = frames(spark, columns, labels, partitions=partitions)
+    X = np.zeros((len(columns), WIDE))
+    for i, c in enumerate(columns):
+        X[i, c] = 1.0
+    with JvmTrainingData(df, "features", "label", None, BINARY, 64, depth) as data:
+        stats = data.statistics
+        assert stats.count == len(labels) and stats.weight_sum == len(labels)
+        np.testing.assert_allclose(stats.features.mean, X.mean(axis=0), rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(stats.features_std, X.std(axis=0, ddof=1), rtol=1e-9,
+                                   atol=1e-12)
+        assert stats.stored_entries == sum(len(c) for c in columns)
+        np.testing.assert_allclose(stats.class_weights, np.bincount(labels.astype(int)))

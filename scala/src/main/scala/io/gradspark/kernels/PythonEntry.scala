@@ -92,7 +92,9 @@ final class JvmBlocks(
     val stats = OrderedAggregate(
       rdd.mapPartitions(new PartitionStatisticsFunction(trackClasses, numFeatures)),
       new MergeStatisticsFunction(numFeatures), depth)
-    PythonEntry.writeDoubles(stats, resultPath)
+    PythonEntry.writeDoubles(
+      if (SparseStatistics.is(stats)) SparseStatistics.toDense(stats, numFeatures) else stats,
+      resultPath)
   }
 
   /** One Spark job; reads the weights from paramsPath and writes flat float64 xtg, gsum,

@@ -162,7 +162,9 @@ object Statistics {
  * CSR blocks add their weighted sums of x and x^2 into one pair of d-arrays for
  * the whole partition, so a pass over wide sparse data costs O(non-zeros) plus
  * O(d) once per partition, not O(d) per block. (Per block, the sparse path
- * already used these raw sums.) */
+ * already used these raw sums.) A partition of only CSR blocks answers with its
+ * non-zero sums alone (SparseStatistics): at 2^24 features a dense answer is
+ * 268 MB, and four of them exceed spark.driver.maxResultSize. */
 final class PartitionStatisticsFunction(trackClasses: Boolean, d: Int)
   extends (Iterator[Block] => Iterator[Array[Double]]) with Serializable {
   def apply(blocks: Iterator[Block]): Iterator[Array[Double]] = {
@@ -193,11 +195,106 @@ final class PartitionStatisticsFunction(trackClasses: Boolean, d: Int)
       }
     }
     if (s1 == null) Iterator.single(dense)
+    else if (dense.isEmpty) Iterator.single(SparseStatistics(sparseHeader, s1, s2))
     else Iterator.single(Statistics.merge(dense, Statistics.withSums(sparseHeader, s1, s2), d))
   }
 }
 
+/** Statistics of CSR rows as their weighted sums of x and x^2 on the features that occur.
+ *
+ * Layout: -1 (a tag: a flat Statistics array starts with a count >= 0), the
+ * 0-feature header and class weights (Statistics.Header + k values), u, then u
+ * feature indices, u sums of w x and u sums of w x^2, indices ascending.
+ * Two such partials merge by a sorted union; with a dense one, through
+ * Statistics.withSums.
+ */
+object SparseStatistics {
+  def apply(header: Array[Double], s1: Array[Double], s2: Array[Double]): Array[Double] = {
+    var u = 0
+    var j = 0
+    while (j < s1.length) { if (s1(j) != 0.0 || s2(j) != 0.0) u += 1; j += 1 }
+    val out = new Array[Double](2 + header.length + 3 * u)
+    out(0) = -1.0
+    System.arraycopy(header, 0, out, 1, header.length)
+    val base = 1 + header.length
+    out(base) = u
+    var q = 0
+    j = 0
+    while (j < s1.length) {
+      if (s1(j) != 0.0 || s2(j) != 0.0) {
+        out(base + 1 + q) = j
+        out(base + 1 + u + q) = s1(j)
+        out(base + 1 + 2 * u + q) = s2(j)
+        q += 1
+      }
+      j += 1
+    }
+    out
+  }
+
+  def is(a: Array[Double]): Boolean = a.nonEmpty && a(0) < 0
+
+  private def headerLength(a: Array[Double]): Int = Statistics.Header + a(1 + 6).toInt
+
+  def header(a: Array[Double]): Array[Double] = java.util.Arrays.copyOfRange(a, 1, 1 + headerLength(a))
+
+  /** The flat Statistics layout of d features. */
+  def toDense(a: Array[Double], d: Int): Array[Double] = {
+    val base = 1 + headerLength(a)
+    val u = a(base).toInt
+    val s1 = new Array[Double](d)
+    val s2 = new Array[Double](d)
+    var q = 0
+    while (q < u) {
+      val j = a(base + 1 + q).toInt
+      s1(j) = a(base + 1 + u + q)
+      s2(j) = a(base + 1 + 2 * u + q)
+      q += 1
+    }
+    Statistics.withSums(header(a), s1, s2)
+  }
+
+  /** Two sparse partials: headers merged, sums added over the union of their features. */
+  def merge(a: Array[Double], b: Array[Double]): Array[Double] = {
+    val head = Statistics.merge(header(a), header(b), 0)
+    val ba = 1 + headerLength(a)
+    val bb = 1 + headerLength(b)
+    val ua = a(ba).toInt
+    val ub = b(bb).toInt
+    val idx = new Array[Double](ua + ub)
+    val s1 = new Array[Double](ua + ub)
+    val s2 = new Array[Double](ua + ub)
+    var p = 0
+    var q = 0
+    var u = 0
+    while (p < ua || q < ub) {
+      val ja = if (p < ua) a(ba + 1 + p) else Double.MaxValue
+      val jb = if (q < ub) b(bb + 1 + q) else Double.MaxValue
+      idx(u) = math.min(ja, jb)
+      if (ja <= jb) { s1(u) += a(ba + 1 + ua + p); s2(u) += a(ba + 1 + 2 * ua + p); p += 1 }
+      if (jb <= ja) { s1(u) += b(bb + 1 + ub + q); s2(u) += b(bb + 1 + 2 * ub + q); q += 1 }
+      u += 1
+    }
+    val out = new Array[Double](2 + head.length + 3 * u)
+    out(0) = -1.0
+    System.arraycopy(head, 0, out, 1, head.length)
+    val base = 1 + head.length
+    out(base) = u
+    System.arraycopy(idx, 0, out, base + 1, u)
+    System.arraycopy(s1, 0, out, base + 1 + u, u)
+    System.arraycopy(s2, 0, out, base + 1 + 2 * u, u)
+    out
+  }
+}
+
+/** Merges dense (Chan) and sparse (raw sums) partials; the driver densifies the result. */
 final class MergeStatisticsFunction(d: Int)
   extends ((Array[Double], Array[Double]) => Array[Double]) with Serializable {
-  def apply(a: Array[Double], b: Array[Double]): Array[Double] = Statistics.merge(a, b, d)
+  def apply(a: Array[Double], b: Array[Double]): Array[Double] = {
+    if (a.isEmpty) return b
+    if (b.isEmpty) return a
+    if (SparseStatistics.is(a) && SparseStatistics.is(b)) return SparseStatistics.merge(a, b)
+    def dense(x: Array[Double]) = if (SparseStatistics.is(x)) SparseStatistics.toDense(x, d) else x
+    Statistics.merge(dense(a), dense(b), d)
+  }
 }
