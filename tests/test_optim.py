@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from gradspark.optim import SGD, Adagrad, Adam, learning_rate, minimize_lbfgs, soft_threshold
+from gradspark.optim import (
+    FTRL, SGD, Adagrad, Adam, learning_rate, minimize_lbfgs, soft_threshold,
+)
 
 g = np.random.default_rng(3)
 # Orthonormal design: the lasso solution is soft_threshold(Q^T y, lam) exactly.
@@ -41,6 +43,7 @@ def test_lbfgs_respects_lower_bounds():
     (SGD(momentum=0.5, nesterov=True), 0.5, 300, 1e-8),
     (Adagrad(), 1.0, 3000, 1e-4),
     (Adam(), 0.05, 3000, 2e-3),
+    (FTRL(), 1.0, 3000, 1e-4),
 ])
 def test_proximal_first_order_optimizers_solve_the_lasso(optimizer, lr, steps, atol):
     theta = np.zeros(6)
@@ -49,6 +52,50 @@ def test_proximal_first_order_optimizers_solve_the_lasso(optimizer, lr, steps, a
         _, grad = lasso_smooth(theta)
         theta, state = optimizer.update(theta, grad, state, lr, np.full(6, LAM))
     np.testing.assert_allclose(theta, LASSO_SOLUTION, atol=atol)
+
+
+def ftrl_reference(grad_fn, theta0, lr, beta, lambda1, steps):
+    """Algorithm 1 of McMahan et al. (2013), per coordinate, in plain Python loops, with
+    lambda1 growing as t * l1 and z started at -(beta / lr) * theta0."""
+    d = len(theta0)
+    w = list(theta0)
+    z = [-(beta / lr) * w[i] for i in range(d)]
+    n = [0.0] * d
+    for t in range(1, steps + 1):
+        g = grad_fn(np.array(w))
+        for i in range(d):
+            sigma = ((n[i] + g[i] ** 2) ** 0.5 - n[i] ** 0.5) / lr
+            z[i] += g[i] - sigma * w[i]
+            n[i] += g[i] ** 2
+        for i in range(d):
+            threshold = t * lambda1[i]
+            if abs(z[i]) <= threshold:
+                w[i] = 0.0
+            else:
+                w[i] = -(z[i] - np.sign(z[i]) * threshold) / ((beta + n[i] ** 0.5) / lr)
+    return np.array(w)
+
+
+def test_ftrl_matches_the_papers_per_coordinate_algorithm_and_gives_true_zeros():
+    theta0 = np.array([0.5, 0.0, -0.2, 0.0, 0.0, 0.3])
+    lambda1 = np.array([LAM] * 5 + [0.0])  # the last one unpenalized, like an intercept
+    opt = FTRL(beta=0.5)
+    theta, state = theta0.copy(), opt.init(theta0)
+    for _ in range(40):
+        theta, state = opt.update(theta, lasso_smooth(theta)[1], state, 0.3, lambda1)
+    expected = ftrl_reference(lambda x: lasso_smooth(x)[1], theta0, 0.3, 0.5, lambda1, 40)
+    np.testing.assert_allclose(theta, expected, rtol=1e-12, atol=1e-15)
+    assert np.sum(theta == 0.0) >= 2  # L1 in closed form: exact zeros
+
+
+def test_ftrl_leaves_untouched_coordinates_alone():
+    opt = FTRL()
+    theta = np.array([0.7, -0.4, 0.0])
+    state = opt.init(theta)
+    for _ in range(5):
+        new, state = opt.update(theta, np.array([0.3, 0.0, 0.0]), state, 0.1, np.zeros(3))
+        assert new[1] == theta[1] and new[2] == 0.0 and new[0] != theta[0]
+        theta = new
 
 
 def test_optimizer_state_is_not_mutated():

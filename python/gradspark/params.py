@@ -28,7 +28,8 @@ from pyspark.ml.param.shared import (
 
 from gradspark.comm.compression import COMPRESSIONS
 
-OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam")
+OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam", "ftrl")
+FIRST_ORDER = "'sgd', 'adagrad', 'adam' or 'ftrl'"  # for messages
 PARAMETER_SPACES = ("auto", "standardized", "raw")
 SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")
 MODES = ("sync", "async")
@@ -413,8 +414,8 @@ def _validate_communication(params: SGDParams) -> None:
     if not resident:
         return
     if params.getOptimizer() == "lbfgs":
-        raise ValueError(f"{resident} needs a first-order optimizer ('sgd', 'adagrad' or "
-                         "'adam'): L-BFGS's line search needs exact full-batch gradients")
+        raise ValueError(f"{resident} needs a first-order optimizer ({FIRST_ORDER}): "
+                         "L-BFGS's line search needs exact full-batch gradients")
     if resident == "compression='fp16'" and params.getExecutionStrategy() == "jobPerStep":
         if params.getEngine() != "python":
             raise ValueError("compression='fp16' with executionStrategy='jobPerStep' "
@@ -440,13 +441,13 @@ def validate_sgd_params(params: SGDParams) -> None:
     if params.getOptimizer() == "lbfgs" and fraction < 1.0:
         raise ValueError(
             "optimizer='lbfgs' needs full-batch gradients (miniBatchFraction=1.0); "
-            "use optimizer='sgd', 'adagrad' or 'adam' for mini-batches"
+            f"use optimizer={FIRST_ORDER} for mini-batches"
         )
     if params.getMode() == "async":
         if params.getOptimizer() == "lbfgs":
             raise ValueError(
-                "mode='async' needs a first-order optimizer: set optimizer='sgd', 'adagrad' "
-                "or 'adam' (lbfgs, the default, is sync-only)"
+                f"mode='async' needs a first-order optimizer: set optimizer={FIRST_ORDER} "
+                "(lbfgs, the default, is sync-only)"
             )
         if params.getMaxStaleness() < -1:
             raise ValueError(

@@ -277,7 +277,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
         choice = choose(self.getEngine(), self.getExecutionStrategy(), self.getMode(),
                         jvm_data, bytes_per_worker, resident_stage_running(sc),
                         self.getOptimizer(), self.needsResidentWorkers())
-        if self.getCompression() == "topk" and self.getOptimizer() in ("adam", "adagrad"):
+        if self.getCompression() == "topk" and self.getOptimizer() in ("adam", "adagrad", "ftrl"):
             logger.warning("%s: compression='topk' with optimizer=%r: adaptive steps scale "
                            "each coordinate's rare, accumulated top-k values up, which "
                            "trains badly; use optimizer='sgd' (benchmarks/communication.py)",

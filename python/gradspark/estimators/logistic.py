@@ -57,7 +57,7 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
     ----------
     family : {"auto", "binomial", "multinomial"}
         ``auto`` picks binomial for labels {0, 1} and multinomial otherwise.
-    optimizer : {"lbfgs", "sgd", "adagrad", "adam"}
+    optimizer : {"lbfgs", "sgd", "adagrad", "adam", "ftrl"}
         ``lbfgs`` (default, full batch) converges to MLlib's solution; the
         first-order optimizers support ``miniBatchFraction < 1``, a
         ``learningRateSchedule`` and ``stepSize``.

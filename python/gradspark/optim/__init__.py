@@ -7,11 +7,13 @@ proximal (soft-threshold) step. L-BFGS is full-batch and lives in
 :mod:`gradspark.optim.lbfgs`.
 """
 
-from gradspark.optim.first_order import Adagrad, Adam, SGD, make_first_order, soft_threshold
+from gradspark.optim.first_order import (
+    FTRL, Adagrad, Adam, SGD, make_first_order, soft_threshold,
+)
 from gradspark.optim.lbfgs import minimize_lbfgs
 from gradspark.optim.schedules import learning_rate
 
 __all__ = [
-    "SGD", "Adagrad", "Adam", "make_first_order", "soft_threshold",
+    "SGD", "Adagrad", "Adam", "FTRL", "make_first_order", "soft_threshold",
     "minimize_lbfgs", "learning_rate",
 ]

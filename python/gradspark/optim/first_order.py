@@ -1,4 +1,4 @@
-"""SGD (momentum, Nesterov), Adagrad and Adam with proximal L1 steps."""
+"""SGD (momentum, Nesterov), Adagrad and Adam with proximal L1 steps; FTRL-Proximal."""
 
 from __future__ import annotations
 
@@ -73,6 +73,40 @@ class Adam:
         return _proximal_step(theta, m_hat, steps, l1), {"m": m, "v": v, "t": t}
 
 
+class FTRL:
+    """FTRL-Proximal (McMahan et al., "Ad click prediction: a view from the trenches", 2013).
+
+    Per-coordinate rates ``lr / (beta + sqrt(n))`` with ``n`` the sum of squared
+    gradients, and the weights in closed form from ``z`` (the gradients summed,
+    less each step's proximal pull): L1 sets a coordinate to exactly zero while
+    ``|z|`` stays below the threshold, the standard for sparse click-through
+    models. A coordinate with a zero gradient keeps its weight and state, so on
+    sparse data the update is lazy by construction.
+
+    ``z`` sums one gradient of the (mean) objective per step, so the threshold
+    is ``t * l1`` after ``t`` steps: its fixed point is the objective's lasso
+    optimum (as for the proximal optimizers). L2 arrives in the gradient, like
+    every optimizer here (the paper's lambda2 term in closed form would be the
+    same fixed point). The first step starts ``z`` at ``-(beta / lr) theta``, so
+    the initial weights (the intercepts' log-odds) are its starting point.
+    """
+
+    def __init__(self, beta: float = 1.0) -> None:
+        self.beta = beta
+
+    def init(self, theta: np.ndarray) -> State:
+        return {"z": np.zeros_like(theta), "n": np.zeros_like(theta), "t": np.zeros(1)}
+
+    def update(self, theta, grad, state: State, lr: float, l1) -> Tuple[np.ndarray, State]:
+        t = state["t"] + 1
+        z = state["z"] if state["t"][0] > 0 else -(self.beta / lr) * theta
+        n = state["n"] + grad**2
+        sigma = (np.sqrt(n) - np.sqrt(state["n"])) / lr
+        z = z + grad - sigma * theta
+        shrunk = soft_threshold(z, t[0] * np.asarray(l1)) if np.any(l1) else z
+        return -shrunk * lr / (self.beta + np.sqrt(n)), {"z": z, "n": n, "t": t}
+
+
 def make_first_order(name: str, momentum: float = 0.0, nesterov: bool = False):
     if name == "sgd":
         return SGD(momentum, nesterov)
@@ -80,4 +114,6 @@ def make_first_order(name: str, momentum: float = 0.0, nesterov: bool = False):
         return Adagrad()
     if name == "adam":
         return Adam()
+    if name == "ftrl":
+        return FTRL()
     raise ValueError(f"unknown first-order optimizer {name!r}")

@@ -321,7 +321,7 @@ def train_async(
     ``blocks``: an RDD of Blocks, or a source from :mod:`gradspark.ps.tasks`.
     """
     if config.optimizer == "lbfgs":
-        raise ValueError("mode='async' needs a first-order optimizer: 'sgd', 'adagrad' or 'adam'")
+        raise ValueError("mode='async' needs a first-order optimizer, not L-BFGS")
     source = blocks if hasattr(blocks, "run") else RddBlocks(blocks)
     sc = source.context
     num_workers = source.num_workers()
