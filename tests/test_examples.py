@@ -62,3 +62,13 @@ def test_torch_mlp():
     history = result["loss_history"]
     assert result["ranks"] == 2 and len(history) == 4 and history[-1] < history[0]
     assert result["test_accuracy"] > 0.6  # three classes: chance is ~0.33
+
+
+def test_hashed_features():
+    result = run_example("hashed_features.py", "--rows", "6000")
+    ours, mllib = result["gradspark"], result["mllib"]
+    assert ours["num_features"] == mllib["num_features"] == 1 << 20
+    assert 0 < ours["trained_features"] < 20000  # the buckets that occur, not 2^20
+    assert result["gradspark_zero_where_mllib_zero"]
+    assert result["max_coefficient_gap"] < 1e-3
+    assert abs(ours["test_auc"] - mllib["test_auc"]) < 0.005
