@@ -12,7 +12,7 @@ features cost; the model is scattered back to the input's size at the end.
 
 The fit is the same optimization restricted to coordinates that are constant
 anyway: the results agree with an uncompacted fit up to the order of
-floating-point additions (tested to 1e-10).
+floating-point additions (tested to 1e-9).
 """
 
 from __future__ import annotations
