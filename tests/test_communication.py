@@ -197,6 +197,11 @@ def test_job_per_step_sends_fp16_partition_sums(wide_data):
     half = SGDLogisticRegression(compression="fp16", **budget).fit(df)
     assert log_loss(half, X, y) <= 1.01 * log_loss(exact, X, y)
     assert not np.array_equal(half.coefficients.toArray(), exact.coefficients.toArray())
+    # The divergence check's objective is numpy's: a partition's loss sum travels as a
+    # float64 scalar even when its gradient goes as fp16.
+    scaled = half.coefficients.toArray() * X.std(axis=0, ddof=1)
+    objective = log_loss(half, X, y) + 0.01 / 2 * scaled @ scaled
+    assert half.summary.extra["finalObjective"] == pytest.approx(objective, rel=1e-12)
     # 101 values: 808 bytes exact, a float64 scale + 202 in float16; 24 for the scalars.
     assert exact.summary.extra["meanGradientBytes"] == 808 + 24
     assert half.summary.extra["meanGradientBytes"] == 8 + 202 + 24
