@@ -237,8 +237,20 @@ class HasCommunication(Params):
         typeConverter=TypeConverters.toFloat,
     )
 
+    sparsePull: Param[bool] = Param(
+        Params._dummy(),
+        "sparsePull",
+        "resident (star) and async workers on sparse data: pull only the weights of the "
+        "features their next step's rows touch, and push their gradient over the same "
+        "keys, whenever that is fewer bytes than the whole vector (exact either way)",
+        typeConverter=TypeConverters.toBoolean,
+    )
+
     def getCompression(self) -> str:
         return self.getOrDefault(self.compression)
+
+    def getSparsePull(self) -> bool:
+        return self.getOrDefault(self.sparsePull)
 
     def getCompressionRatio(self) -> float:
         return self.getOrDefault(self.compressionRatio)
@@ -387,6 +399,7 @@ class SGDParams(
             errorFeedback=True,
             localSteps=1,
             workerQuorum=1.0,
+            sparsePull=True,
             blockSize=4096,
             checkpointDir="",
             checkpointInterval=10,

@@ -48,9 +48,10 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from gradspark.comm.compression import Compression
+from gradspark.comm.compression import Compression, Encoded
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, split_map
+from gradspark.engine.touched import TouchedBatch, TouchedFeatures
 from gradspark.faults import fault_plan
 from gradspark.losses import Loss
 from gradspark.params import TOPOLOGIES
@@ -263,17 +264,44 @@ class GradientResponse:
     faults: object = None
     # Lossy compression: answer in the optimizer's space (LinearObjective.sums_to_theta_space)
     objective: object = None
+    sparse_pull: bool = False  # see touched() and gradspark.engine.touched
 
     @property
     def answer_size(self) -> int:
         return self.num_features * self.num_outputs + self.num_outputs + self.loss.num_aux
 
-    def __call__(self, request, groups, attempt: int) -> Answer:
+    def touched(self, groups) -> Optional[TouchedFeatures]:
+        """A worker's source of sparse-pull batches (None: it pulls the whole vector)."""
+        if not self.sparse_pull:
+            return None
+        return TouchedFeatures(groups, self.num_features, self.num_outputs, self.loss.num_aux)
+
+    def batch(self, touched: TouchedFeatures, code: int) -> Optional[TouchedBatch]:
+        """The rows of the round with ``code`` (``2 * step + sampled``), over their features."""
+        step, sampled = divmod(code, 2)
+        return touched.batch(self.fraction if sampled else 1.0, self.seed, step)
+
+    def first_code(self) -> int:
+        """What a worker expects its first round to be: step 0, sampled if it samples."""
+        return int(self.fraction < 1.0)
+
+    def __call__(self, request, groups, attempt: int,
+                 batch: Optional[TouchedBatch] = None) -> Answer:
+        """The answer; over ``batch``'s keys (``request.vector`` holds their values) when
+        given, as an Encoded message unless lossy compression needs the whole vector."""
         step, sampled = divmod(request.version, 2)
         if self.faults is not None:
             for partition in groups:
                 self.faults.before_batch(partition, step, attempt)
         d, k = self.num_features, self.num_outputs
+        if batch is not None:
+            sums = batch.sums(self.loss, request.vector, k)
+            message = batch.encode(sums)
+            vector = message if self.objective is None else \
+                self.objective.sums_to_theta_space(message.decode())
+            if sums is None:
+                return Answer(vector, 0.0, 0.0, 0)
+            return Answer(vector, sums.loss_sum, sums.weight_sum, sums.count)
         coef, offset, aux = split_map(request.vector, d, k)
         sums = grouped_sums(groups, self.loss, coef, offset, aux,
                             self.fraction if sampled else 1.0, self.seed, step) \
@@ -295,27 +323,47 @@ def serve_rounds(client: ParameterClient, groups, respond, compression: Compress
     answered = 0
     attempt = client.start_clock
     compress = compression.new()  # this worker's error-feedback residual lives here
+    # Sparse pulls (a leaf's gradient answers): the keys go with the pull, so the worker
+    # samples the round it expects next; a reply for another round is pulled again.
+    touched = respond.touched(groups) if relay is None and hasattr(respond, "touched") \
+        else None
+    expected = respond.first_code() if touched is not None else 0
     if relay is not None:
         relay.set_attempt(attempt)
     try:
         while True:
-            request = client.pull()
+            batch = respond.batch(touched, expected) if touched is not None else None
+            request = client.pull(None if batch is None else batch.keys)
             if request.stop:
                 break
+            if batch is not None and _round_rows(request.version) != _round_rows(expected):
+                expected = request.version
+                continue
             if relay is not None:
                 relay.publish(request.clock, request.vector, request.version)
-            answer = respond(request, groups, attempt)
+            answer = respond(request, groups, attempt, batch) if batch is not None else \
+                respond(request, groups, attempt)
             if relay is not None:
                 answer = answer + relay.collect(timeout)
+            message = answer.vector if isinstance(answer.vector, Encoded) else \
+                compress(answer.vector)
             client.push(request.clock, request.version, answer.loss_sum, answer.weight_sum,
-                        answer.count, compress(answer.vector))
+                        answer.count, message)
             answered += 1
+            expected = request.version + 2 * (request.version % 2)  # the next sampled step
         client.done()
     finally:
         if relay is not None:
             relay.stop()
             relay.drain(timeout)
     return answered
+
+
+def _round_rows(code: int) -> int:
+    """Which rows a round's ``2 * step + sampled`` code uses: every full-batch round the
+    same ones (-1), a sampled round those of its step."""
+    step, sampled = divmod(code, 2)
+    return step if sampled else -1
 
 
 def tree_task(driver_address, secret: bytes, tree: Tree, loopback: bool, respond,
@@ -379,7 +427,7 @@ class ResidentGradientEngine:
                  mini_batch_fraction: float = 1.0, seed: int = 0, host: str = "",
                  timeout: float = 300.0, topology: str = "star",
                  aggregation_depth: int = 2, *, compression: Compression = Compression(),
-                 quorum: float = 1.0, respond=None) -> None:
+                 quorum: float = 1.0, respond=None, sparse_pull: bool = True) -> None:
         if topology not in TOPOLOGIES:
             raise ValueError(f"topology must be one of {list(TOPOLOGIES)}, got {topology!r}")
         if not 0.0 < quorum <= 1.0:
@@ -390,6 +438,7 @@ class ResidentGradientEngine:
         self.compression = compression
         self.quorum = quorum
         self.respond = respond
+        self.sparse_pull = sparse_pull
         # Set (engine-less) before start() when compression is lossy: see GradientResponse.
         self.objective = None
         # An RDD of Blocks, or a source from gradspark.ps.tasks (RddBlocks, FrameBlocks).
@@ -426,7 +475,8 @@ class ResidentGradientEngine:
         metrics = {"residentWorkers": workers, "aggregationTopology": self.topology,
                    "treeDepth": self.tree.depth() if self.tree else 1,
                    "rounds": rounds.round, "reconnects": rounds.reconnects,
-                   "compression": self.compression.name}
+                   "compression": self.compression.name,
+                   "sparsePull": self.sparse_pull and self.respond is None}
         if self.quorum < 1.0:
             metrics.update(workerQuorum=self.quorum, quorumWorkers=rounds.needed,
                            lateAnswersDropped=rounds.late,
@@ -451,7 +501,7 @@ class ResidentGradientEngine:
         num_workers = self.source.num_workers()
         respond = self.respond or GradientResponse(
             self.loss, self.num_features, self.num_outputs, self.mini_batch_fraction,
-            self.seed, fault_plan(), self.objective)
+            self.seed, fault_plan(), self.objective, self.sparse_pull)
         if tree:
             require_task_slots(sc, num_workers, use_gpu=False)
             self.tree = Tree.for_depth(num_workers, self.aggregation_depth)

@@ -164,7 +164,8 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             return AsyncConfig(max_staleness=self.getMaxStaleness(),
                                worker_timeout=self.getWorkerTimeout(),
                                host=self.getParameterServerHost(),
-                               compression=self._compression(), **common)
+                               compression=self._compression(),
+                               sparse_pull=self.getSparsePull(), **common)
         return SyncConfig(local_steps=self.getLocalSteps(), **common)
 
     def _compression(self) -> Compression:
@@ -300,7 +301,8 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
                 data.block_source(), problem.loss, data.num_features, problem.num_outputs,
                 self.getMiniBatchFraction(), self.getSeed(), self.getParameterServerHost(),
                 self.getWorkerTimeout(), self.getAggregationTopology(), depth,
-                compression=self._compression(), quorum=self.getWorkerQuorum())
+                compression=self._compression(), quorum=self.getWorkerQuorum(),
+                sparse_pull=self.getSparsePull())
             return engine
         # (async mode's workers compress their own pushes; this engine is unused there)
         compression = self._compression() if choice.strategy == "jobPerStep" else Compression()

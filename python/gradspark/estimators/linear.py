@@ -92,6 +92,7 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         errorFeedback: bool = True,
         localSteps: int = 1,
         workerQuorum: float = 1.0,
+        sparsePull: bool = True,
         blockSize: int = 4096,
         checkpointDir: str = "",
         checkpointInterval: int = 10,

@@ -114,6 +114,7 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         errorFeedback: bool = True,
         localSteps: int = 1,
         workerQuorum: float = 1.0,
+        sparsePull: bool = True,
         blockSize: int = 4096,
         checkpointDir: str = "",
         checkpointInterval: int = 10,

@@ -70,6 +70,7 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
         errorFeedback: bool = True,
         localSteps: int = 1,
         workerQuorum: float = 1.0,
+        sparsePull: bool = True,
         blockSize: int = 4096,
         checkpointDir: str = "",
         checkpointInterval: int = 10,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import socket
 import time
-from typing import NamedTuple, Tuple, Union
+from typing import NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -49,9 +49,13 @@ class ParameterClient:
         self.channel = channel
         return start, size
 
-    def pull(self) -> Weights:
-        """Blocks while this worker is too far ahead of the slowest one."""
-        self.channel.send(Kind.PULL)
+    def pull(self, keys: Optional[np.ndarray] = None) -> Weights:
+        """Blocks while this worker is too far ahead of the slowest one.
+
+        ``keys`` (strictly increasing uint32 positions): pull those weights
+        only; the vector then holds their values, in key order.
+        """
+        self.channel.send(Kind.PULL, array=keys)
         message = self.channel.expect(Kind.WEIGHTS)
         clock, version, stop = message.fields
         return Weights(clock, version, bool(stop), message.array)

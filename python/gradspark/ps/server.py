@@ -156,7 +156,10 @@ class ParameterServer:
             while not self.closed:
                 message = channel.expect(Kind.PULL, Kind.PUSH, Kind.DONE)
                 if message.kind == Kind.PULL:
+                    keys = message.keys_below(self.handler.vector_size)
                     clock, version, stop, weights = self.handler.on_pull(worker)
+                    if keys is not None:  # a sparse pull: those weights only
+                        weights = weights[keys]
                     channel.send(Kind.WEIGHTS, (clock, version, int(stop)), weights)
                 elif message.kind == Kind.PUSH:
                     try:

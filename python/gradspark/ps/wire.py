@@ -10,8 +10,11 @@ Nothing is unpickled: arrays are little-endian buffers read with
 ``np.frombuffer``. The dtype byte says how the array is encoded
 (:mod:`gradspark.comm.compression`): dense float64 or float32; dense
 float16 preceded by a float64 scale; or sparse, ``nnz`` uint32 indices
-(strictly increasing) followed by ``nnz`` float64 or float32 values. The length prefix is checked against a per-connection limit
-before anything is allocated. The handshake proves both ends hold the per-fit
+(strictly increasing) followed by ``nnz`` float64 or float32 values; or
+keys alone, strictly increasing uint32 positions (a PULL asking for those
+weights only: the WEIGHTS reply then holds their values, in key order). The
+length prefix is checked against a per-connection limit before anything is
+allocated. The handshake proves both ends hold the per-fit
 secret without sending it; each direction numbers its frames, so a frame cannot
 be replayed, reordered or moved to another connection::
 
@@ -71,6 +74,7 @@ FIELDS = {
 # dtype byte -> (value dtype, sparse). 0: no array.
 ENCODINGS = {1: (F64, False), 2: (F32, False), 3: (F16, False), 4: (F64, True), 5: (F32, True)}
 ENCODING_CODES = {value: code for code, value in ENCODINGS.items()}
+KEYS = 6  # dtype byte of a keys-only array (uint32)
 SCALE = struct.Struct("<d")  # a float16 array's scale, before its values
 
 
@@ -85,6 +89,14 @@ class Message:
     array: Optional[np.ndarray] = None  # dense float64 / float32 arrays, as float64
     text: str = ""
     encoded: Optional[Encoded] = None  # float16 and sparse arrays, decoded by vector()
+    keys: Optional[np.ndarray] = None  # a keys-only array, checked by keys_below()
+
+    def keys_below(self, size: int) -> Optional[np.ndarray]:
+        """The keys (None if the frame had none); ProtocolError unless strictly increasing
+        and below ``size``."""
+        if self.keys is not None and not _increasing_below(self.keys, size):
+            raise ProtocolError(f"keys not strictly increasing below {size}")
+        return self.keys
 
     def vector(self, size: int) -> np.ndarray:
         """The array as ``size`` float64 values; ProtocolError if it cannot be that."""
@@ -94,18 +106,24 @@ class Message:
                 raise ProtocolError(f"vector of length {length}, expected {size}")
             return self.array
         indices = self.encoded.indices
-        if indices is not None and indices.size:
-            if int(indices[-1]) >= size or np.any(np.diff(indices.astype(np.int64)) <= 0):
-                raise ProtocolError(f"sparse indices not strictly increasing below {size}")
+        if indices is not None and not _increasing_below(indices, size):
+            raise ProtocolError(f"sparse indices not strictly increasing below {size}")
         elif indices is None and self.encoded.values.shape[0] != size:
             raise ProtocolError(f"vector of length {self.encoded.values.shape[0]}, "
                                 f"expected {size}")
         return dataclasses.replace(self.encoded, size=size).decode()
 
 
+def _increasing_below(indices: np.ndarray, size: int) -> bool:
+    return not indices.size or (int(indices[-1]) < size
+                                and not np.any(np.diff(indices.astype(np.int64)) <= 0))
+
+
 def encode_array(array) -> Tuple[int, bytes]:
-    """(dtype byte, bytes) of an ndarray (dense) or an :class:`Encoded` message."""
+    """(dtype byte, bytes) of an ndarray (dense; uint32: keys) or an :class:`Encoded`."""
     if not isinstance(array, Encoded):
+        if array.dtype == INDEX:
+            return KEYS, array.tobytes()
         array = np.ascontiguousarray(array)
         little = array.dtype.newbyteorder("<")
         return ENCODING_CODES[(little, False)], array.astype(little, copy=False).tobytes()
@@ -118,7 +136,11 @@ def encode_array(array) -> Tuple[int, bytes]:
 
 
 def decode_array(code: int, body: bytes, kind: "Kind"):
-    """The inverse of :func:`encode_array`: a dense float64 array, or an Encoded."""
+    """The inverse of :func:`encode_array`: a dense float64 array, keys, or an Encoded."""
+    if code == KEYS:
+        if len(body) % INDEX.itemsize:
+            raise ProtocolError(f"{kind.name} keys of {len(body)} bytes")
+        return np.frombuffer(body, dtype=INDEX)
     dtype, sparse = ENCODINGS[code]
     scale = 1.0
     if dtype == F16:
@@ -204,7 +226,8 @@ class Channel:
         magic, version, kind, dtype, length = HEADER.unpack(header)
         if magic != MAGIC or version != VERSION:
             raise ProtocolError("not a gradspark frame (bad magic or version)")
-        if kind not in Kind._value2member_map_ or (dtype and dtype not in ENCODINGS):
+        if kind not in Kind._value2member_map_ or (dtype and dtype not in ENCODINGS
+                                                   and dtype != KEYS):
             raise ProtocolError(f"unknown frame kind {kind} or dtype {dtype}")
         if length > self.limit:
             raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self.limit}")
@@ -225,6 +248,8 @@ class Channel:
             return Message(kind, fields, text=body.decode("utf-8", "replace"))
         if dtype:
             array = decode_array(dtype, body, kind)
+            if dtype == KEYS:
+                return Message(kind, fields, keys=array)
             if isinstance(array, Encoded):
                 return Message(kind, fields, encoded=array)
             return Message(kind, fields, array)

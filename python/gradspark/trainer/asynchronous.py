@@ -40,6 +40,7 @@ from gradspark.comm.compression import Compression
 from gradspark.data.blocks import Block
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, add_sums, split_map
+from gradspark.engine.touched import TouchedFeatures
 from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
 from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
@@ -59,6 +60,7 @@ class AsyncConfig(SyncConfig):
     worker_timeout: float = 300.0
     host: str = ""  # address the server binds; "" = spark.driver.host
     compression: Compression = Compression()  # what workers do to their gradients
+    sparse_pull: bool = True  # pull/push only the features a step touches (sparse blocks)
 
 
 class _Running:
@@ -107,6 +109,7 @@ class AsyncTraining:
         self.lock = threading.Condition()
         self.vector_size = objective.map_size
         self.version = 0  # updates applied
+        self._map = (-1, None)  # (version, the linear map workers pull at it)
         self.next_step = start  # first step whose loss is not yet recorded
         self.pending: Dict[int, Dict[int, GradientSums]] = {}
         self.step_start_theta = self.theta.copy()
@@ -146,8 +149,9 @@ class AsyncTraining:
             stop = self._finished(worker)
             if not stop:
                 self.staleness.add(self.clock.lead(worker))
-            return (self.clock.clocks[worker], self.version, stop,
-                    self.objective.map_vector(self.theta))
+            if self._map[0] != self.version:  # one map per update, whatever the pulls
+                self._map = (self.version, self.objective.map_vector(self.theta))
+            return self.clock.clocks[worker], self.version, stop, self._map[1]
 
     def on_push(self, worker: int, clock: int, version: int, loss_sum: float,
                 weight_sum: float, count: int, vector: np.ndarray) -> bool:
@@ -253,6 +257,7 @@ class AsyncTraining:
             "reconnects": self.reconnects,
             "wallTime": time.monotonic() - self.started,
             "compression": self.config.compression.name,
+            "sparsePull": self.config.sparse_pull,
         }
         if server is not None:
             metrics.update(server.traffic.totals())
@@ -263,7 +268,8 @@ class AsyncTraining:
 def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
                num_features: int, num_outputs: int, max_iter: int, fraction: float = 1.0,
                seed: int = 0, attempt: int = 0, faults=None,
-               compression: Compression = Compression(), objective=None) -> int:
+               compression: Compression = Compression(), objective=None,
+               sparse_pull: bool = True) -> int:
     """A worker's loop: pull, compute the sums of a (sampled) pass, push; returns pushes.
 
     ``groups`` are the worker's blocks by input partition (see
@@ -271,31 +277,52 @@ def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
     ``(seed, step, partition)``, as in sync mode. The pushed sums are
     compressed with this worker's own error-feedback residual, in the
     optimizer's space when ``objective`` is given (lossy compression).
+
+    ``sparse_pull`` (sparse blocks): the worker samples its next step's rows
+    before pulling and asks for the weights of the features they touch only
+    (:mod:`gradspark.engine.touched`); exact pushes then go over the same
+    keys. Its next step is its clock, which the server may move (a rejoin
+    after eviction): a reply for another clock is pulled again.
     """
     worker, d, k = client.worker, num_features, num_outputs
     compress = compression.new()
+    touched = TouchedFeatures(groups, d, k, loss.num_aux) if sparse_pull else None
+    clock = client.start_clock
     pushes = 0
     while True:
-        weights = client.pull()
+        batch = touched.batch(fraction, seed, clock) if touched is not None else None
+        weights = client.pull(None if batch is None else batch.keys)
         if weights.stop or weights.clock >= max_iter:
             break
+        if batch is not None and weights.clock != clock:
+            clock = weights.clock  # the server moved this worker's clock: sample that step
+            continue
         if faults is not None:
             faults.before_batch(worker, weights.clock, attempt)
-        coef, offset, aux = split_map(weights.vector, d, k)
-        sums = grouped_sums(groups, loss, coef, offset, aux, fraction, seed, weights.clock) \
-            or GradientSums.zeros(d, k, loss.num_aux)
-        vector = sums.vector()
-        if objective is not None:
-            vector = objective.sums_to_theta_space(vector)
-        client.push(weights.clock, weights.version, sums.loss_sum, sums.weight_sum,
-                    sums.count, compress(vector))
+        if batch is not None:
+            sums = batch.sums(loss, weights.vector, k)
+            scalars = (0.0, 0.0, 0) if sums is None else \
+                (sums.loss_sum, sums.weight_sum, sums.count)
+            message = batch.encode(sums) if objective is None else \
+                compress(objective.sums_to_theta_space(batch.encode(sums).decode()))
+        else:
+            coef, offset, aux = split_map(weights.vector, d, k)
+            sums = grouped_sums(groups, loss, coef, offset, aux, fraction, seed,
+                                weights.clock) or GradientSums.zeros(d, k, loss.num_aux)
+            scalars = (sums.loss_sum, sums.weight_sum, sums.count)
+            vector = sums.vector()
+            if objective is not None:
+                vector = objective.sums_to_theta_space(vector)
+            message = compress(vector)
+        client.push(weights.clock, weights.version, *scalars, message)
         pushes += 1
+        clock = weights.clock + 1
     client.done()
     return pushes
 
 
 def worker_task(address, secret: bytes, objective: LinearObjective, max_iter: int,
-                compression: Compression):
+                compression: Compression, sparse_pull: bool = True):
     """The function each long-running Spark task runs over its partitions' blocks."""
     loss, d, k = objective.loss, objective.num_features, objective.num_outputs
     fraction, seed = objective.mini_batch_fraction, objective.seed & 0xFFFFFFFF
@@ -304,7 +331,7 @@ def worker_task(address, secret: bytes, objective: LinearObjective, max_iter: in
 
     def loop(client, groups, attempt):
         return run_worker(client, groups, loss, d, k, max_iter, fraction, seed, attempt, faults,
-                          compression, space)
+                          compression, space, sparse_pull)
 
     return resident_task(address, secret, loop)
 
@@ -337,7 +364,7 @@ def train_async(
                 server = ParameterServer(training, host, num_workers)
                 try:
                     run = worker_task(server.address, server.secret, objective,
-                                      config.max_iter, config.compression)
+                                      config.max_iter, config.compression, config.sparse_pull)
                     reports = source.run(run, "async")
                     logger.info("async: %d workers finished (%s)", len(reports), reports)
                 finally:

@@ -1,0 +1,141 @@
+"""Sparse pull and push: long-running workers exchange only the features a step touches.
+
+The reference is the dense exchange itself (``sparsePull=False``), which the
+rest of the suite checks against MLlib and numpy: the sparse one must give
+the same bits, move fewer bytes, and leave the server's guards intact.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gradspark import SGDLogisticRegression
+from gradspark.data.blocks import Block
+from gradspark.engine.python import grouped_sums
+from gradspark.engine.resident import GradientRounds
+from gradspark.engine.touched import TouchedFeatures
+from gradspark.losses import BinaryLogisticLoss, MultinomialLogisticLoss
+from gradspark.ps import ParameterClient, ParameterServer, ProtocolError
+from gradspark.comm.compression import INDEX
+from hashed_data import frames, hashed_rows
+
+HOST = "127.0.0.1"
+
+
+def sparse_groups(seed, d=50_000, rows=(300, 200, 250), k=1):
+    """Blocks by partition: 8 non-zeros per row over d columns, two blocks per partition."""
+    g = np.random.default_rng(seed)
+    groups = {}
+    for partition, n in enumerate(rows):
+        blocks = []
+        for half in np.array_split(np.arange(n), 2):
+            x = sp.random(len(half), d, density=8 / d, format="csr", random_state=g)
+            labels = g.integers(0, 2 if k == 1 else k, len(half)).astype(float)
+            blocks.append(Block(x, labels, g.uniform(0.5, 2, len(half)), int(half[0])))
+        groups[partition] = blocks
+    return groups
+
+
+@pytest.mark.parametrize("loss,k", [(BinaryLogisticLoss(), 1), (MultinomialLogisticLoss(), 3)])
+@pytest.mark.parametrize("fraction", [0.1, 1.0])
+def test_touched_batch_sums_are_the_dense_sums_bit_for_bit(loss, k, fraction):
+    d = 50_000
+    groups = sparse_groups(1, d, k=k)
+    g = np.random.default_rng(2)
+    vector = g.normal(size=d * k + k + loss.num_aux)
+    coef, offset, aux = vector[: d * k].reshape(d, k), vector[d * k: d * k + k], \
+        vector[d * k + k:]
+    touched = TouchedFeatures(groups, d, k, loss.num_aux)
+    for step in (0, 3):
+        dense = grouped_sums(groups, loss, coef, offset, aux, fraction, 11, step)
+        batch = touched.batch(fraction, 11, step)
+        assert batch is not None
+        assert batch.keys.dtype == INDEX and np.all(np.diff(batch.keys.astype(int)) > 0)
+        sums = batch.sums(loss, vector[batch.keys], k)
+        assert np.array_equal(batch.encode(sums).decode(), dense.vector())
+        assert (sums.loss_sum, sums.weight_sum, sums.count) == \
+            (dense.loss_sum, dense.weight_sum, dense.count)
+        # only the touched features travel: far fewer keys than weights
+        assert batch.features.size < d / 2
+
+
+def test_dense_blocks_and_dense_rows_fall_back_to_the_whole_vector():
+    g = np.random.default_rng(0)
+    dense = {0: [Block(g.normal(size=(20, 4)), np.ones(20), np.ones(20), 0)]}
+    assert TouchedFeatures(dense, 4, 1, 0).batch(1.0, 0, 0) is None
+    # Every row touches most of 50 columns: keys (12 bytes each) would cost more.
+    crowded = {0: [Block(sp.csr_matrix(g.normal(size=(40, 50))), np.ones(40), np.ones(40), 0)]}
+    touched = TouchedFeatures(crowded, 50, 1, 0)
+    assert touched.batch(1.0, 0, 0) is None and not touched.enabled
+
+
+def test_a_keyed_pull_returns_those_weights_and_bad_keys_are_rejected():
+    size = 1000
+    rounds = GradientRounds([0, 1], size)
+    vector = np.arange(size, dtype=float) * 0.5
+    rounds.publish(1, vector, 3)
+    with ParameterServer(rounds, HOST, 2) as server:
+        with ParameterClient(server.address, server.secret, 0) as client:
+            keys = np.array([2, 17, 999], dtype=INDEX)
+            reply = client.pull(keys)
+            assert (reply.clock, reply.version) == (1, 3)
+            assert np.array_equal(reply.vector, vector[keys])
+            assert np.array_equal(client.pull().vector, vector)  # dense still works
+        for bad in ([5, 5], [7, 3], [size]):
+            with ParameterClient(server.address, server.secret, 1) as client:
+                with pytest.raises((ProtocolError, EOFError, OSError)):
+                    client.pull(np.array(bad, dtype=INDEX))
+        assert server.rejected_frames == 3
+        rounds.stop()
+
+
+@pytest.fixture(scope="module")
+def rare_hashed(spark):
+    """Hashed rows with a tail of buckets seen once: after compaction ~2,000 features, of
+    which a 5% mini-batch touches a few hundred per worker."""
+    columns, labels = hashed_rows(2400, seed=5, rare=True)
+    return frames(spark, columns, labels, partitions=3)
+
+
+PARAMS = dict(optimizer="adam", stepSize=0.05, miniBatchFraction=0.05, maxIter=12,
+              regParam=1e-3, seed=7)
+
+
+@pytest.mark.parametrize("extra", [
+    dict(mode="async", maxStaleness=0),
+    dict(executionStrategy="resident"),
+    dict(executionStrategy="resident", aggregationTopology="tree"),
+    dict(executionStrategy="resident", miniBatchFraction=1.0, optimizer="sgd"),
+], ids=["async", "resident-star", "resident-tree", "resident-full-batch"])
+def test_sparse_pull_fit_equals_the_dense_exchange_with_fewer_bytes(rare_hashed, extra):
+    fits = {}
+    for sparse_pull in (True, False):
+        model = SGDLogisticRegression(**{**PARAMS, **extra, "sparsePull": sparse_pull}) \
+            .fit(rare_hashed)
+        fits[sparse_pull] = model
+    got, want = ({"coef": m.coefficients.toArray(), "b": m.intercept,
+                  "history": m.summary.objectiveHistory} for m in (fits[True], fits[False]))
+    assert np.array_equal(got["coef"], want["coef"]) and got["b"] == want["b"]
+    assert got["history"] == want["history"]
+    sent = {s: fits[s].summary.extra["bytesSentPerStep"] for s in fits}
+    if extra.get("aggregationTopology") == "tree":
+        # the root relays the whole vector to its children; only leaves pull by key
+        assert sent[True] == sent[False]
+    else:
+        assert sent[True] < (0.2 if extra.get("miniBatchFraction", 0.05) < 1 else 0.9) \
+            * sent[False]
+
+
+def test_async_workers_with_staleness_pull_by_key_and_converge(rare_hashed):
+    """With maxStaleness > 0 the order of updates is timing's, so no bit equality: the
+    sparse fit must still end below its start and count its workers' pushes."""
+    model = SGDLogisticRegression(**{**PARAMS, "maxIter": 20}, mode="async",
+                                  maxStaleness=2).fit(rare_hashed)
+    extra = model.summary.extra
+    assert extra["finalObjective"] < extra["initialObjective"]
+    assert extra["gradientsAccepted"] == 20 * extra["workers"]
+    assert extra["sparsePull"] is True
