@@ -35,6 +35,16 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def hashed_rare(spark):
+    """Hashed rows with a tail of buckets seen once (tests/hashed_data.py): after
+    compaction ~2,000 features, of which a 5-10% mini-batch touches a few hundred."""
+    from hashed_data import frames, hashed_rows
+
+    columns, labels = hashed_rows(2400, seed=5, rare=True)
+    return frames(spark, columns, labels, partitions=3)
+
+
 def make_df(spark, X, columns: dict, partitions: int = 2, sparse: bool = False):
     """DataFrame with a `features` vector column plus the given 1-d columns."""
     names = list(columns)

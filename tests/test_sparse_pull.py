@@ -21,7 +21,6 @@ from gradspark.engine.touched import TouchedFeatures
 from gradspark.losses import BinaryLogisticLoss, MultinomialLogisticLoss
 from gradspark.ps import ParameterClient, ParameterServer, ProtocolError
 from gradspark.comm.compression import INDEX
-from hashed_data import frames, hashed_rows
 
 HOST = "127.0.0.1"
 
@@ -93,14 +92,6 @@ def test_a_keyed_pull_returns_those_weights_and_bad_keys_are_rejected():
         rounds.stop()
 
 
-@pytest.fixture(scope="module")
-def rare_hashed(spark):
-    """Hashed rows with a tail of buckets seen once: after compaction ~2,000 features, of
-    which a 5% mini-batch touches a few hundred per worker."""
-    columns, labels = hashed_rows(2400, seed=5, rare=True)
-    return frames(spark, columns, labels, partitions=3)
-
-
 PARAMS = dict(optimizer="adam", stepSize=0.05, miniBatchFraction=0.05, maxIter=12,
               regParam=1e-3, seed=7)
 
@@ -111,11 +102,11 @@ PARAMS = dict(optimizer="adam", stepSize=0.05, miniBatchFraction=0.05, maxIter=1
     dict(executionStrategy="resident", aggregationTopology="tree"),
     dict(executionStrategy="resident", miniBatchFraction=1.0, optimizer="sgd"),
 ], ids=["async", "resident-star", "resident-tree", "resident-full-batch"])
-def test_sparse_pull_fit_equals_the_dense_exchange_with_fewer_bytes(rare_hashed, extra):
+def test_sparse_pull_fit_equals_the_dense_exchange_with_fewer_bytes(hashed_rare, extra):
     fits = {}
     for sparse_pull in (True, False):
         model = SGDLogisticRegression(**{**PARAMS, **extra, "sparsePull": sparse_pull}) \
-            .fit(rare_hashed)
+            .fit(hashed_rare)
         fits[sparse_pull] = model
     got, want = ({"coef": m.coefficients.toArray(), "b": m.intercept,
                   "history": m.summary.objectiveHistory} for m in (fits[True], fits[False]))
@@ -130,11 +121,11 @@ def test_sparse_pull_fit_equals_the_dense_exchange_with_fewer_bytes(rare_hashed,
             * sent[False]
 
 
-def test_async_workers_with_staleness_pull_by_key_and_converge(rare_hashed):
+def test_async_workers_with_staleness_pull_by_key_and_converge(hashed_rare):
     """With maxStaleness > 0 the order of updates is timing's, so no bit equality: the
     sparse fit must still end below its start and count its workers' pushes."""
     model = SGDLogisticRegression(**{**PARAMS, "maxIter": 20}, mode="async",
-                                  maxStaleness=2).fit(rare_hashed)
+                                  maxStaleness=2).fit(hashed_rare)
     extra = model.summary.extra
     assert extra["finalObjective"] < extra["initialObjective"]
     assert extra["gradientsAccepted"] == 20 * extra["workers"]

@@ -143,8 +143,22 @@ class HasMode(Params):
         typeConverter=TypeConverters.toString,
     )
 
+    parameterServers: Param[int] = Param(
+        Params._dummy(),
+        "parameterServers",
+        "0: one parameter server in the driver (async mode) or none (sync); N >= 1: the "
+        "weights and optimizer state split by key range over N server shards hosted in the "
+        "workers' executor tasks, the driver keeping only the clock and the checkpoints "
+        "(first-order optimizers, uncentered parameters; sync mode runs them "
+        "bulk-synchronously, async with maxStaleness)",
+        typeConverter=TypeConverters.toInt,
+    )
+
     def getMode(self) -> str:
         return self.getOrDefault(self.mode)
+
+    def getParameterServers(self) -> int:
+        return self.getOrDefault(self.parameterServers)
 
     def getMaxStaleness(self) -> int:
         return self.getOrDefault(self.maxStaleness)
@@ -389,6 +403,7 @@ class SGDParams(
             parameterSpace="auto",
             mode="sync",
             maxStaleness=2,
+            parameterServers=0,
             workerTimeout=300.0,
             parameterServerHost="",
             engine="auto",
@@ -468,6 +483,17 @@ def validate_sgd_params(params: SGDParams) -> None:
             )
         if params.getWorkerTimeout() <= 0:
             raise ValueError(f"workerTimeout must be > 0, got {params.getWorkerTimeout()}")
+    shards = params.getParameterServers()
+    if shards < 0:
+        raise ValueError(f"parameterServers must be >= 0, got {shards}")
+    if shards and params.getOptimizer() == "lbfgs":
+        raise ValueError(f"parameterServers={shards} needs a first-order optimizer: set "
+                         f"optimizer={FIRST_ORDER}")
+    if shards and (params.getLocalSteps() > 1 or params.getWorkerQuorum() < 1.0
+                   or params.getCompression() != "none"):
+        raise ValueError(f"parameterServers={shards} runs plain (bulk-)synchronous or SSP "
+                         "steps: localSteps, workerQuorum and lossy compression are for the "
+                         "driver's server or resident workers")
     if params.getEngine() == "jvm" and params.getExecutionStrategy() == "resident":
         raise ValueError(
             "executionStrategy='resident' runs numpy kernels in resident Python workers; "

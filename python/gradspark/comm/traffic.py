@@ -83,11 +83,24 @@ def per_step(totals: Dict[str, float], steps: int) -> Dict[str, float]:
     """Per-step figures of :meth:`Traffic.totals` (``{}`` without traffic), for a summary.
 
     A step is one optimizer step of the fit (``totalIterations``), so local SGD's
-    rounds of several steps show as fewer bytes per step.
+    rounds of several steps show as fewer bytes per step. Sharded servers
+    (:mod:`gradspark.trainer.sharded`) add their shards' figures, and the
+    driver's without the shard states it passes on at the start, at
+    checkpoints and at the end (``driverStep...``: the clock's share alone).
     """
     if "bytesSent" not in totals:
         return {}
     steps = max(steps, 1)
-    return {"bytesSentPerStep": totals["bytesSent"] / steps,
-            "bytesReceivedPerStep": totals["bytesReceived"] / steps,
-            "meanGradientBytes": totals["gradientBytes"] / max(totals["gradientMessages"], 1)}
+    figures = {"bytesSentPerStep": totals["bytesSent"] / steps,
+               "bytesReceivedPerStep": totals["bytesReceived"] / steps}
+    if "shardBytesSent" in totals:
+        figures.update(
+            shardBytesSentPerStep=sum(totals["shardBytesSent"]) / steps,
+            shardBytesReceivedPerStep=sum(totals["shardBytesReceived"]) / steps,
+            driverStepBytesSentPerStep=(totals["bytesSent"] - totals["stateBytesSent"]) / steps,
+            driverStepBytesReceivedPerStep=(
+                totals["bytesReceived"] - totals["stateBytesReceived"]) / steps)
+    else:
+        figures["meanGradientBytes"] = \
+            totals["gradientBytes"] / max(totals["gradientMessages"], 1)
+    return figures

@@ -44,7 +44,7 @@ LBFGS_RESIDENT_BYTES_PER_WORKER = 64 << 20
 @dataclass(frozen=True)
 class EngineChoice:
     kernels: str  # "python" | "jvm": where a step's arithmetic runs
-    strategy: str  # "jobPerStep" | "resident" | "async"
+    strategy: str  # "jobPerStep" | "resident" | "async" | "sharded"
     reason: str
 
 

@@ -48,6 +48,7 @@ from gradspark.losses import Loss
 from gradspark.params import SGDParams, validate_sgd_params
 from gradspark.report import LossCurve
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
+from gradspark.trainer.sharded import train_sharded
 from gradspark.trainer.divergence import check_final_objective
 from gradspark.trainer.local_sgd import LocalSGDResponse, train_local_sgd
 
@@ -160,8 +161,9 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             nesterov=self.getNesterov(),
             label=type(self).__name__,
         )
-        if self.getMode() == "async":
-            return AsyncConfig(max_staleness=self.getMaxStaleness(),
+        if self.getMode() == "async" or self.getParameterServers():
+            bound = self.getMaxStaleness() if self.getMode() == "async" else 0
+            return AsyncConfig(max_staleness=bound,
                                worker_timeout=self.getWorkerTimeout(),
                                host=self.getParameterServerHost(),
                                compression=self._compression(),
@@ -177,7 +179,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
         weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else None
         weight_col = weight_col or None
         jvm_data = data_path(dataset.sparkSession, self.getEngine(),
-                             self.getExecutionStrategy(), self.getMode())
+                             self.getExecutionStrategy(), self._workers_mode())
         data = (jvm_training_data() if jvm_data else TrainingData)(
             dataset,
             self.getFeaturesCol(),
@@ -224,7 +226,10 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             theta0 = objective.initial(problem.initial_intercepts)
             if choice.strategy == "resident" and self._compression().lossy:
                 engine.objective = dataclasses.replace(objective, engine=None)
-            if isinstance(config, AsyncConfig):
+            if self.getParameterServers():
+                result = train_sharded(objective, theta0, config, data.block_source(),
+                                       self.getParameterServers(), checkpoints)
+            elif isinstance(config, AsyncConfig):
                 result = train_async(objective, theta0, config, data.block_source(),
                                      checkpoints)
             elif config.local_steps > 1:
@@ -272,10 +277,18 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             space = "raw" if first_order_on_sparse else "standardized"
         return space
 
+    def _workers_mode(self) -> str:
+        """``mode``, as far as choosing the engine goes: sharded servers need the same
+        long-running workers as async mode."""
+        return "async" if self.getParameterServers() else self.getMode()
+
     def _choose_engine(self, sc, data, jvm_data: bool) -> EngineChoice:
+        if self.getParameterServers():
+            return EngineChoice("python", "sharded", f"parameterServers="
+                                f"{self.getParameterServers()}: shards in the workers' tasks")
         workers = min(data.num_partitions, task_slots(sc))
         bytes_per_worker = cached_bytes(sc, data.cached_rdd_id) / workers
-        choice = choose(self.getEngine(), self.getExecutionStrategy(), self.getMode(),
+        choice = choose(self.getEngine(), self.getExecutionStrategy(), self._workers_mode(),
                         jvm_data, bytes_per_worker, resident_stage_running(sc),
                         self.getOptimizer(), self.needsResidentWorkers())
         if self.getCompression() == "topk" and self.getOptimizer() in ("adam", "adagrad", "ftrl"):

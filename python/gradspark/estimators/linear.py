@@ -82,6 +82,7 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         parameterSpace: str = "auto",
         mode: str = "sync",
         maxStaleness: int = 2,
+        parameterServers: int = 0,
         workerTimeout: float = 300.0,
         parameterServerHost: str = "",
         engine: str = "auto",

@@ -104,6 +104,7 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         parameterSpace: str = "auto",
         mode: str = "sync",
         maxStaleness: int = 2,
+        parameterServers: int = 0,
         workerTimeout: float = 300.0,
         parameterServerHost: str = "",
         engine: str = "auto",

@@ -60,6 +60,7 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
         parameterSpace: str = "auto",
         mode: str = "sync",
         maxStaleness: int = 2,
+        parameterServers: int = 0,
         workerTimeout: float = 300.0,
         parameterServerHost: str = "",
         engine: str = "auto",

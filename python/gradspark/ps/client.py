@@ -55,7 +55,15 @@ class ParameterClient:
         ``keys`` (strictly increasing uint32 positions): pull those weights
         only; the vector then holds their values, in key order.
         """
+        self.request_weights(keys)
+        return self.weights()
+
+    def request_weights(self, keys: Optional[np.ndarray] = None) -> None:
+        """The first half of :meth:`pull` (a worker of several servers asks them all first)."""
         self.channel.send(Kind.PULL, array=keys)
+
+    def weights(self) -> Weights:
+        """The second half of :meth:`pull`."""
         message = self.channel.expect(Kind.WEIGHTS)
         clock, version, stop = message.fields
         return Weights(clock, version, bool(stop), message.array)
@@ -66,9 +74,24 @@ class ParameterClient:
 
         ``vector``: float64 values, or a message from :mod:`gradspark.comm.compression`.
         """
+        self.send_push(clock, version, loss_sum, weight_sum, count, vector)
+        return self.acked()
+
+    def send_push(self, clock: int, version: int, loss_sum: float, weight_sum: float,
+                  count: int, vector: Union[np.ndarray, Encoded]) -> None:
+        """The first half of :meth:`push`."""
         if not isinstance(vector, Encoded):
             vector = np.asarray(vector, dtype=np.float64)
         self.channel.send(Kind.PUSH, (clock, version, loss_sum, weight_sum, count), vector)
+
+    def acked(self) -> bool:
+        """The second half of :meth:`push` (and of :meth:`report`)."""
+        return bool(self.channel.expect(Kind.ACK).fields[0])
+
+    def report(self, step: int, attempt: int, what: int, values: np.ndarray) -> bool:
+        """A REPORT frame (see the handler's ``on_report``); whether it was accepted."""
+        self.channel.send(Kind.REPORT, (step, attempt, what),
+                          np.asarray(values, dtype=np.float64))
         return bool(self.channel.expect(Kind.ACK).fields[0])
 
     def done(self) -> None:

@@ -46,6 +46,10 @@ class Handler(Protocol):
 
     def on_done(self, worker: int) -> None: ...
 
+    # Optional: REPORT frames (step, attempt, what, float64 values of any length within
+    # the limit); a handler without it refuses them.
+    # def on_report(self, worker, step, attempt, what, values) -> bool: ...
+
     def on_disconnect(self, worker: int) -> None: ...
 
 
@@ -154,7 +158,7 @@ class ParameterServer:
             channel.send(Kind.WELCOME, (self.handler.on_hello(worker, attempt),
                                         self.handler.vector_size))
             while not self.closed:
-                message = channel.expect(Kind.PULL, Kind.PUSH, Kind.DONE)
+                message = channel.expect(Kind.PULL, Kind.PUSH, Kind.DONE, Kind.REPORT)
                 if message.kind == Kind.PULL:
                     keys = message.keys_below(self.handler.vector_size)
                     clock, version, stop, weights = self.handler.on_pull(worker)
@@ -170,6 +174,12 @@ class ParameterServer:
                         return
                     self.traffic.gradient(channel)
                     accepted = self.handler.on_push(worker, *message.fields, vector)
+                    channel.send(Kind.ACK, (int(accepted),))
+                elif message.kind == Kind.REPORT:
+                    on_report = getattr(self.handler, "on_report", None)
+                    if on_report is None or message.array is None:
+                        raise ProtocolError(f"worker {worker}: unexpected REPORT")
+                    accepted = on_report(worker, *message.fields, message.array)
                     channel.send(Kind.ACK, (int(accepted),))
                 else:
                     self.handler.on_done(worker)

@@ -56,6 +56,7 @@ class Kind(enum.IntEnum):
     ACK = 7
     DONE = 8
     ERROR = 9
+    REPORT = 10
 
 
 # The fixed fields of each kind; whatever follows them is the array (or ERROR's text).
@@ -68,6 +69,7 @@ FIELDS = {
     Kind.PUSH: struct.Struct("!QQddQ"),  # clock, version pulled, loss sum, weight sum, rows
     Kind.ACK: struct.Struct("!B"),  # accepted
     Kind.DONE: struct.Struct("!"),
+    Kind.REPORT: struct.Struct("!QQQ"),  # step, attempt, what (the handler's code); then values
     Kind.ERROR: struct.Struct("!"),
 }
 
