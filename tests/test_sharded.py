@@ -114,6 +114,26 @@ def test_sharded_fit_equals_the_single_server(hashed_rare, extra):
     assert extra_["driverStepBytesReceivedPerStep"] < 0.5 * extra_["shardBytesReceivedPerStep"]
 
 
+def test_a_sharded_checkpoint_resumes_on_any_number_of_servers(hashed_rare, tmp_path):
+    """Shards hand their state to the driver, which writes the single server's checkpoint
+    format: 6 steps on 2 shards, then 4 more on 1 shard and without shards (plain sync
+    mode), equal the 10 steps of one uninterrupted fit."""
+    params = dict(optimizer="adam", stepSize=0.05, miniBatchFraction=0.1, regParam=1e-3,
+                  seed=7, tol=0.0)
+    whole = SGDLogisticRegression(**params, maxIter=10, parameterServers=2).fit(hashed_rare)
+    for i, servers in enumerate((1, 0)):
+        directory = str(tmp_path / f"run{i}")
+        SGDLogisticRegression(**params, maxIter=6, parameterServers=2,
+                              checkpointDir=directory).fit(hashed_rare)
+        resumed = SGDLogisticRegression(**params, maxIter=10, parameterServers=servers,
+                                        checkpointDir=directory).fit(hashed_rare)
+        assert resumed.summary.extra["resumedFromStep"] == 6
+        np.testing.assert_allclose(resumed.coefficients.toArray(),
+                                   whole.coefficients.toArray(), rtol=0, atol=1e-9)
+        np.testing.assert_allclose(resumed.summary.objectiveHistory,
+                                   whole.summary.objectiveHistory, rtol=1e-9)
+
+
 def test_sharded_regression_with_dense_features_and_huber(spark):
     """Dense blocks pull whole slices; Huber's scale lives on the last shard."""
     g = np.random.default_rng(4)

@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 _RESUMABLE_CHANGES = frozenset({
     "maxIter", "checkpointDir", "checkpointInterval", "keepCheckpoints", "resume",
     "checkpointData", "workerTimeout", "parameterServerHost", "executionStrategy",
-    "aggregationTopology",
+    "aggregationTopology", "sparsePull", "parameterServers",
     "predictionCol", "rawPredictionCol", "probabilityCol", "threshold",
 })
 
