@@ -144,6 +144,69 @@ def test_spark_submit_runs_the_cli_file(table, tmp_path):
     assert PipelineModel.load(out).stages[-1].numFeatures == 2
 
 
+def _installed_script():
+    """The console script pip installed beside this interpreter (a venv's bin/)."""
+    script = os.path.join(os.path.dirname(sys.executable), "gradspark")
+    if not os.path.exists(script):
+        pytest.skip("no installed gradspark script beside this interpreter")
+    return script
+
+
+def _bare_environment(**extra):
+    """cron's: no venv on PATH, no PYSPARK_PYTHON; python3 on PATH is the system's."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYSPARK", "VIRTUAL_ENV", "PYTHON"))}
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    env.update(extra)
+    return env
+
+
+def test_installed_script_by_path_trains_quietly_on_a_local_master(table, tmp_path):
+    """The script run by its path from a bare environment: its workers use its own
+    interpreter (PATH's python3 cannot import gradspark), and the terminal gets the
+    result line, not Spark's log lines or stage bars."""
+    script, out = _installed_script(), str(tmp_path / "model")
+    argv = [script, "train", "--model", "logistic", "--master", "local[2]", "--input",
+            table, "--features", "a,b", "--output", out, "--param", "maxIter=20"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                          env=_bare_environment(), cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]["areaUnderROC"] > 0.8
+    assert PipelineModel.load(out).stages[-1].numFeatures == 2
+    # The JVM's own notice of the vector module is the one line left: no flag silences it.
+    spark_lines = [line for line in proc.stderr.splitlines()
+                   if line.strip() and not line.startswith("WARNING: Using incubator modules")]
+    assert not spark_lines, proc.stderr[-2000:]
+    verbose = subprocess.run(argv + ["--verbose"], capture_output=True, text=True,
+                             timeout=300, env=_bare_environment(), cwd=str(tmp_path))
+    assert verbose.returncode == 0, verbose.stderr[-2000:]
+    # gradspark's per-step log and Spark's own lines are back
+    assert re.search(r"INFO gradspark.trainer: SGDLogisticRegression step 1/", verbose.stderr)
+    assert "Spark" in verbose.stderr.replace("gradspark", "")
+
+
+def test_executors_without_gradspark_fail_with_one_line_that_says_how_to_fix(table,
+                                                                          tmp_path):
+    """Workers started with an interpreter that lacks gradspark (a cluster's, here the
+    system python3 chosen on purpose): exit status 2 and one line naming the cure."""
+    script, out = _installed_script(), str(tmp_path / "model")
+    system_python = "/usr/bin/python3"
+    probe = subprocess.run([system_python, "-c", "import gradspark"], capture_output=True)
+    if not os.path.exists(system_python) or probe.returncode == 0:
+        pytest.skip("needs a python3 without gradspark")
+    proc = subprocess.run(
+        [script, "train", "--model", "logistic", "--master", "local[2]", "--input", table,
+         "--output", out, "--conf", f"spark.pyspark.python={system_python}"],
+        capture_output=True, text=True, timeout=300, env=_bare_environment())
+    assert proc.returncode == cli.BAD_ARGUMENTS
+    lines = [line for line in proc.stderr.splitlines()
+             if line.strip() and not line.startswith("WARNING: Using incubator modules")]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    assert "cannot import gradspark" in lines[0] and system_python in lines[0]
+    assert "PYSPARK_PYTHON" in lines[0] and "--py-files" in lines[0]
+    assert not os.path.exists(out)
+
+
 def test_summary_saves_its_loss_curve(spark, table, tmp_path):
     image = matplotlib_image()
     from gradspark import SGDLinearRegression

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Dict, List, Optional, Sequence
 
@@ -71,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--master", help="Spark master (default: spark-submit's or local)")
         command.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                              help="Spark configuration (repeatable)")
+        command.add_argument("--verbose", action="store_true", default=None,
+                             help="Spark's own log lines and stage progress bars, and "
+                                  "gradspark's per-step log (default: errors and one "
+                                  "progress line only)")
     train.add_argument("--job", help="a JSON (or, with PyYAML, YAML) file with any of "
                                      "these options")
     train.add_argument("--model", help="|".join(_estimators()) + "|torch")
@@ -173,16 +178,76 @@ def _literal(text: str):
         return text
 
 
+QUIET_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf",
+                           "log4j2-quiet.properties")
+
+
 def _session(job: dict) -> SparkSession:
     builder = SparkSession.builder.appName(f"gradspark {job.get('command', '')}".strip())
     if job.get("master"):
         builder = builder.master(job["master"])
+    conf = {}
     for item in job.get("conf", []):
         key, equals, value = item.partition("=")
         if not equals:
             raise UsageError(f"--conf wants KEY=VALUE, got {item!r}")
+        conf[key] = value
+    _use_this_python(job, conf)
+    if not job.get("verbose"):
+        conf.setdefault("spark.ui.showConsoleProgress", "false")
+        options = conf.get("spark.driver.extraJavaOptions", "")
+        if "log4j2.configurationFile" not in options and " " not in QUIET_LOG4J:
+            conf["spark.driver.extraJavaOptions"] = \
+                f"{options} -Dlog4j2.configurationFile=file:{QUIET_LOG4J}".strip()
+    for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    if not job.get("verbose"):
+        spark.sparkContext.setLogLevel("ERROR")  # a session made before us keeps its own
+    return spark
+
+
+def _use_this_python(job: dict, conf: Dict[str, str]) -> None:
+    """Local masters run the Python workers with the CLI's own interpreter.
+
+    Spark starts ``PYSPARK_PYTHON`` (default: the first ``python3`` on PATH),
+    which need not be the one gradspark is installed in: the installed
+    ``gradspark`` script run by its path from cron or a Makefile, say. On a
+    local master the workers run on this machine, so this interpreter is the
+    right one unless the user chose another. Under spark-submit (its JVM is
+    already running) and on clusters the user's settings stand; see
+    :func:`check_executors`.
+    """
+    if os.environ.get("PYSPARK_PYTHON") or "spark.pyspark.python" in conf:
+        return
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started us
+    master = job.get("master") or ("" if submitted else "local[*]")
+    if master.startswith("local"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+
+
+def check_executors(spark: SparkSession) -> None:
+    """One small task: can the executors' Python import gradspark? A UsageError if not."""
+    sc = spark.sparkContext
+
+    def importable(_):
+        import importlib.util
+        import sys
+
+        yield importlib.util.find_spec("gradspark") is not None, sys.executable
+
+    chosen = sc.getConf().get("spark.pyspark.python", None) or sc.pythonExec
+    try:
+        found, executable = sc.parallelize([0], 1).mapPartitions(importable).collect()[0]
+    except Exception as error:  # noqa: BLE001 - e.g. the executors' Python does not start
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise UsageError(f"the executors' Python ({chosen}) could not run a task: "
+                         f"{first}") from error
+    if not found:
+        raise UsageError(
+            f"the executors' Python ({executable}) cannot import gradspark: install it "
+            "there (pip install gradspark), ship it with --py-files, or point "
+            "PYSPARK_PYTHON / spark.pyspark.python at an interpreter that has it")
 
 
 def read_source(spark: SparkSession, job: dict) -> DataFrame:
@@ -270,8 +335,10 @@ def train(spark: SparkSession, job: dict) -> dict:
         raise UsageError(f"--test-fraction must be in [0, 1), got {fraction}")
     train_df, test_df = (df.randomSplit([1 - fraction, fraction], seed=int(job["seed"]))
                          if fraction > 0 else (df, df))
+    _phase(f"fitting {kind} on {', '.join(features)} (a pass over the data, then the steps)")
     model = Pipeline(stages=feature_stages(df, features) + [estimator]).fit(train_df)
     fitted = model.stages[-1]
+    _phase("evaluating on the held-out split" if fraction > 0 else "evaluating")
     # Cached: each metric is a pass, and the split would be re-read and re-scored.
     scored = model.transform(test_df).cache()
     family = ("linear" if kind == "torch" and fitted.getLabelDtype() != "int64" else kind)
@@ -287,6 +354,7 @@ def train(spark: SparkSession, job: dict) -> dict:
               # torch: one loss per epoch
               "iterations": getattr(fitted.summary, "totalIterations", len(history))
               if fitted.hasSummary else None}
+    _phase(f"saving to {job['output']}")
     model.write().overwrite().save(job["output"])
     output = job["output"].rstrip("/")
     write_file(spark, output + "/metrics.json", json.dumps(report, indent=2).encode("utf-8"))
@@ -297,6 +365,14 @@ def train(spark: SparkSession, job: dict) -> dict:
         except ImportError as missing:  # the optional plot extra
             logger.warning("no loss.png: %s", missing)
     return report
+
+
+def _phase(text: str) -> None:
+    """Where the job is: logged, and shown on an interactive terminal (the training steps
+    draw their own bar there, :class:`gradspark.trainer.progress.Progress`)."""
+    logger.info("%s", text)
+    if sys.stderr.isatty() and not logger.isEnabledFor(logging.INFO):
+        print(f"gradspark: {text} ...", file=sys.stderr, flush=True)
 
 
 def predict(spark: SparkSession, job: dict) -> dict:
@@ -324,14 +400,16 @@ def main(argv: Optional[Sequence[str]] = None, spark: Optional[SparkSession] = N
     """Run one command; returns the exit status. ``spark``: reuse a session (tests)."""
     from gradspark.data.validation import InvalidDataError
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = _parser().parse_args(argv)  # exits with 2 on malformed flags
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
     owned = spark is None
     try:
         job = _job(args)
         job["command"] = args.command
         if spark is None:
             spark = _session(job)
+            check_executors(spark)
         result = (train if args.command == "train" else predict)(spark, job)
         print(json.dumps(result if args.command == "predict" else
                          {k: result[k] for k in ("model", "metrics", "iterations")}))
