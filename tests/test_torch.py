@@ -165,6 +165,24 @@ def test_too_many_workers_or_gpus_fail_fast(spark, digits_data):
         TorchEstimator(digits_mlp).fit(train)
 
 
+def test_gpu_conf_and_device_checks_name_the_problem(spark):
+    """useGpu needs a whole GPU per task, and distinct GPUs per rank (found by running
+    the GPU checks on a real H200: a fraction or a discovery script that hands every
+    executor GPU 0 failed deep inside NCCL with "Duplicate GPU detected")."""
+    from pyspark import SparkConf
+
+    from gradspark.trainer.barrier import check_gpu_conf, duplicate_devices
+
+    with pytest.raises(ValueError, match="no GPUs"):
+        check_gpu_conf(SparkConf(loadDefaults=False))
+    with pytest.raises(ValueError, match="amount >= 1, got 0.5"):
+        check_gpu_conf(SparkConf(loadDefaults=False).set("spark.task.resource.gpu.amount",
+                                                         "0.5"))
+    check_gpu_conf(SparkConf(loadDefaults=False).set("spark.task.resource.gpu.amount", "1"))
+    assert duplicate_devices(["a/0", "a/1", "b/0"]) is None
+    assert duplicate_devices(["a/0", "b/0", "a/0"]) == "ranks 0 and 2 were both given GPU a/0"
+
+
 def test_bad_input_is_named(spark):
     rows = [(Vectors.dense([0.0, 1.0]), 1.0), (Vectors.dense([float("nan"), 1.0]), 0.0)]
     df = spark.createDataFrame(rows, ["x", "y"])

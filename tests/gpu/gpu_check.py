@@ -1,7 +1,9 @@
 """TorchEstimator with NCCL on every GPU of this machine (run by run_gpu_checks.sh).
 
-Starts local-cluster[N,1,4096] with one GPU per executor through Spark's
-resource scheduling, trains the digits MLP with useGpu=True, checks accuracy,
+Starts local-cluster[1,N,4096N]: one worker and executor that own all N GPUs
+(the discovery script reports every GPU of the machine, so N workers of one
+GPU each would all take GPU 0), N task slots of one GPU each through Spark's
+resource scheduling; trains the digits MLP with useGpu=True, checks accuracy,
 and prints timings next to the same fit with gloo on the CPU.
 """
 
@@ -24,11 +26,11 @@ print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}, 
 if gpus == 0:
     sys.exit("no GPU visible to torch: nothing to check")
 script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "discover_gpus.sh")
-spark = (SparkSession.builder.master(f"local-cluster[{gpus},1,4096]")
+spark = (SparkSession.builder.master(f"local-cluster[1,{gpus},{4096 * gpus}]")
          .config("spark.ui.enabled", "false")
-         .config("spark.worker.resource.gpu.amount", "1")
+         .config("spark.worker.resource.gpu.amount", str(gpus))
          .config("spark.worker.resource.gpu.discoveryScript", script)
-         .config("spark.executor.resource.gpu.amount", "1")
+         .config("spark.executor.resource.gpu.amount", str(gpus))
          .config("spark.task.resource.gpu.amount", "1").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
 train, test, X_test, y_test = digits(spark)

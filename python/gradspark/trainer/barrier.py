@@ -24,7 +24,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, List
+from typing import Dict, Iterator, List, Optional
 
 #: Executors of a fresh cluster register over the first seconds; wait this long
 #: for enough of them before saying the cluster is too small.
@@ -37,15 +37,36 @@ def max_concurrent_tasks(sc) -> int:
     return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().resourceProfileFromId(0)))
 
 
-def require_task_slots(sc, num_workers: int, use_gpu: bool,
-                       wait_seconds: float = SLOT_WAIT_SECONDS) -> None:
-    """Raise a clear error if ``num_workers`` barrier tasks cannot all run at once."""
-    conf = sc.getConf()
-    if use_gpu and not conf.get("spark.task.resource.gpu.amount"):
+def check_gpu_conf(conf) -> None:
+    """useGpu needs Spark to give each task a whole GPU of its own (NCCL: one rank per GPU)."""
+    amount = conf.get("spark.task.resource.gpu.amount", None)
+    if not amount:
         raise ValueError(
             "useGpu=True but Spark schedules no GPUs: set spark.task.resource.gpu.amount "
             "(e.g. 1), spark.executor.resource.gpu.amount and a GPU discovery script "
             "(spark.executor.resource.gpu.discoveryScript)")
+    if float(amount) < 1:
+        raise ValueError(
+            f"useGpu=True needs spark.task.resource.gpu.amount >= 1, got {amount}: NCCL runs "
+            "one rank per GPU, and a fraction would put several ranks on one GPU")
+
+
+def duplicate_devices(assignments: List[str]) -> Optional[str]:
+    """The first ``host/gpu`` given to two ranks (their ranks in the message), or None."""
+    first: Dict[str, int] = {}
+    for rank, device in enumerate(assignments):
+        if device in first:
+            return f"ranks {first[device]} and {rank} were both given GPU {device}"
+        first[device] = rank
+    return None
+
+
+def require_task_slots(sc, num_workers: int, use_gpu: bool,
+                       wait_seconds: float = SLOT_WAIT_SECONDS) -> None:
+    """Raise a clear error if ``num_workers`` barrier tasks cannot all run at once."""
+    conf = sc.getConf()
+    if use_gpu:
+        check_gpu_conf(conf)
     if sc.master.startswith("local[") or sc.master == "local":
         wait_seconds = 0.0  # one JVM: its slots are all there from the start
     deadline = time.monotonic() + wait_seconds
@@ -113,6 +134,14 @@ def process_group(use_gpu: bool, timeout_seconds: float = 1800.0) -> Iterator[Pr
         if not torch.cuda.is_available():
             raise RuntimeError("useGpu=True but torch on this executor has no CUDA device")
         device = torch.device("cuda", _task_gpu(ctx))
+        # Two ranks on one GPU fail deep inside NCCL ("Duplicate GPU detected"), and
+        # Spark would retry the stage: say which ranks, and why, here.
+        clash = duplicate_devices(ctx.allGather(
+            f"{hosts[rank]}/{ctx.resources()['gpu'].addresses[0].strip()}"))
+        if clash:
+            raise RuntimeError(f"useGpu=True: {clash}; each executor's GPU discovery "
+                               "script must report distinct GPUs (on one machine, run one "
+                               "worker that owns them all)")
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
