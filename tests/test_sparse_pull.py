@@ -125,7 +125,7 @@ def test_async_workers_with_staleness_pull_by_key_and_converge(hashed_rare):
     """With maxStaleness > 0 the order of updates is timing's, so no bit equality: the
     sparse fit must still end below its start and count its workers' pushes."""
     model = SGDLogisticRegression(**{**PARAMS, "maxIter": 20}, mode="async",
-                                  maxStaleness=2).fit(hashed_rare)
+                                  maxStaleness=2, tol=0.0).fit(hashed_rare)
     extra = model.summary.extra
     assert extra["finalObjective"] < extra["initialObjective"]
     assert extra["gradientsAccepted"] == 20 * extra["workers"]
