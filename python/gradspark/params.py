@@ -33,6 +33,7 @@ FIRST_ORDER = "'sgd', 'adagrad', 'adam' or 'ftrl'"  # for messages
 PARAMETER_SPACES = ("auto", "standardized", "raw")
 SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")
 MODES = ("sync", "async")
+STALE_GRADIENT_POLICIES = ("none", "scale", "compensate")
 ENGINES = ("auto", "python", "jvm")
 STRATEGIES = ("auto", "jobPerStep", "resident")
 TOPOLOGIES = ("star", "tree")
@@ -154,8 +155,41 @@ class HasMode(Params):
         typeConverter=TypeConverters.toInt,
     )
 
+    staleGradientPolicy: Param[str] = Param(
+        Params._dummy(),
+        "staleGradientPolicy",
+        "async mode: what the server does with a gradient computed tau updates ago: "
+        "'none' (apply it as is), 'scale' (learning rate / (1 + tau), DynSGD) or "
+        "'compensate' (g + delayCompensation * g * g * (w_now - w_pulled), DC-ASGD)",
+        typeConverter=_one_of("staleGradientPolicy", STALE_GRADIENT_POLICIES),
+    )
+    delayCompensation: Param[float] = Param(
+        Params._dummy(),
+        "delayCompensation",
+        "staleGradientPolicy='compensate': lambda, the weight of the diagonal Hessian "
+        "approximation g * g (>= 0); with adaptiveCompensation it is lambda_0 in "
+        "lambda_0 / sqrt(mean square of g)",
+        typeConverter=TypeConverters.toFloat,
+    )
+    adaptiveCompensation: Param[bool] = Param(
+        Params._dummy(),
+        "adaptiveCompensation",
+        "staleGradientPolicy='compensate': DC-ASGD-a, lambda per coordinate divided by "
+        "the root of a moving mean square of its gradients (decay 0.95)",
+        typeConverter=TypeConverters.toBoolean,
+    )
+
     def getMode(self) -> str:
         return self.getOrDefault(self.mode)
+
+    def getStaleGradientPolicy(self) -> str:
+        return self.getOrDefault(self.staleGradientPolicy)
+
+    def getDelayCompensation(self) -> float:
+        return self.getOrDefault(self.delayCompensation)
+
+    def getAdaptiveCompensation(self) -> bool:
+        return self.getOrDefault(self.adaptiveCompensation)
 
     def getParameterServers(self) -> int:
         return self.getOrDefault(self.parameterServers)
@@ -404,6 +438,9 @@ class SGDParams(
             mode="sync",
             maxStaleness=2,
             parameterServers=0,
+            staleGradientPolicy="none",
+            delayCompensation=0.04,
+            adaptiveCompensation=False,
             workerTimeout=300.0,
             parameterServerHost="",
             engine="auto",
@@ -483,6 +520,12 @@ def validate_sgd_params(params: SGDParams) -> None:
             )
         if params.getWorkerTimeout() <= 0:
             raise ValueError(f"workerTimeout must be > 0, got {params.getWorkerTimeout()}")
+    policy = params.getStaleGradientPolicy()
+    if policy != "none" and (params.getMode() != "async" or params.getParameterServers()):
+        raise ValueError(f"staleGradientPolicy={policy!r} acts on the updates of async mode's "
+                         "server in the driver (mode='async', parameterServers=0)")
+    if params.getDelayCompensation() < 0:
+        raise ValueError(f"delayCompensation must be >= 0, got {params.getDelayCompensation()}")
     shards = params.getParameterServers()
     if shards < 0:
         raise ValueError(f"parameterServers must be >= 0, got {shards}")

@@ -167,7 +167,11 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
                                worker_timeout=self.getWorkerTimeout(),
                                host=self.getParameterServerHost(),
                                compression=self._compression(),
-                               sparse_pull=self.getSparsePull(), **common)
+                               sparse_pull=self.getSparsePull(),
+                               stale_policy=self.getStaleGradientPolicy(),
+                               delay_compensation=self.getDelayCompensation(),
+                               adaptive_compensation=self.getAdaptiveCompensation(),
+                               **common)
         return SyncConfig(local_steps=self.getLocalSteps(), **common)
 
     def _compression(self) -> Compression:

@@ -47,6 +47,7 @@ from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
 from gradspark.ps.tasks import RddBlocks, resident_stage_lock, resident_task
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.progress import Progress
+from gradspark.trainer.staleness import StaleGradients
 from gradspark.trainer.sync import (
     SyncConfig, TrainingResult, check_finite, first_order_update, small_step,
 )
@@ -61,6 +62,9 @@ class AsyncConfig(SyncConfig):
     host: str = ""  # address the server binds; "" = spark.driver.host
     compression: Compression = Compression()  # what workers do to their gradients
     sparse_pull: bool = True  # pull/push only the features a step touches (sparse blocks)
+    stale_policy: str = "none"  # see gradspark.trainer.staleness
+    delay_compensation: float = 0.04
+    adaptive_compensation: bool = False
 
 
 class _Running:
@@ -110,6 +114,11 @@ class AsyncTraining:
         self.vector_size = objective.map_size
         self.version = 0  # updates applied
         self._map = (-1, None)  # (version, the linear map workers pull at it)
+        self.stale = StaleGradients(config.stale_policy, config.delay_compensation,
+                                    config.adaptive_compensation)
+        # compensate: the weights each worker pulled (self.theta is replaced, never
+        # modified, by an update, so these are references, not copies)
+        self.pulled: Dict[int, tuple] = {}
         self.next_step = start  # first step whose loss is not yet recorded
         self.pending: Dict[int, Dict[int, GradientSums]] = {}
         self.step_start_theta = self.theta.copy()
@@ -149,6 +158,8 @@ class AsyncTraining:
             stop = self._finished(worker)
             if not stop:
                 self.staleness.add(self.clock.lead(worker))
+                if self.stale.policy == "compensate":
+                    self.pulled[worker] = (self.version, self.theta)
             if self._map[0] != self.version:  # one map per update, whatever the pulls
                 self._map = (self.version, self.objective.map_vector(self.theta))
             return self.clock.clocks[worker], self.version, stop, self._map[1]
@@ -171,7 +182,9 @@ class AsyncTraining:
             self.worker_updates[worker] += 1
             self.pending.setdefault(clock, {})[worker] = sums
             if not self.bulk_synchronous and weight_sum > 0:
-                self._update(sums, clock)
+                kept_version, kept = self.pulled.pop(worker, (None, None))
+                self._update(sums, clock,
+                             (self.version - version, kept if kept_version == version else None))
             self._record_ready_steps()
             self.lock.notify_all()
             return True
@@ -196,12 +209,17 @@ class AsyncTraining:
     def _finished(self, worker: int) -> bool:
         return self.stopped or self.clock.clocks[worker] >= self.config.max_iter
 
-    def _update(self, sums: GradientSums, step: int) -> float:
+    def _update(self, sums: GradientSums, step: int, stale=None) -> float:
+        """One optimizer step; ``stale``: ``(tau, weights pulled or None)`` of an
+        asynchronous push, for the stale-gradient policy."""
         objective = self.objective
-        value, grad = objective.smooth_from_sums(self.theta, sums)
-        loss = value + objective.l1_penalty(self.theta)
+        value, grad = objective.data_term_from_sums(self.theta, sums)
         lr = learning_rate(self.config.schedule, self.config.step_size, step,
                            self.config.max_iter)
+        if stale is not None:
+            grad, lr = self.stale.apply(grad, lr, stale[0], self.theta, stale[1])
+        value, grad = objective.add_l2(self.theta, value, grad)
+        loss = value + objective.l1_penalty(self.theta)
         self.theta, self.state = first_order_update(objective, self.optimizer, self.theta,
                                                     grad, self.state, lr)
         self.version += 1
@@ -258,6 +276,7 @@ class AsyncTraining:
             "wallTime": time.monotonic() - self.started,
             "compression": self.config.compression.name,
             "sparsePull": self.config.sparse_pull,
+            **self.stale.metrics(),
         }
         if server is not None:
             metrics.update(server.traffic.totals())

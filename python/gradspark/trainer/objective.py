@@ -165,13 +165,14 @@ class LinearObjective:
 
     def smooth(self, theta: np.ndarray, step: Optional[int] = None):
         """Data term plus L2 (everything but the L1 part)."""
-        return self._add_l2(theta, *self.data_term(theta, step))
+        return self.add_l2(theta, *self.data_term(theta, step))
 
     def smooth_from_sums(self, theta: np.ndarray, sums: Optional[GradientSums]):
         """:meth:`smooth` from sums computed elsewhere (the parameter server's workers)."""
-        return self._add_l2(theta, *self.data_term_from_sums(theta, sums))
+        return self.add_l2(theta, *self.data_term_from_sums(theta, sums))
 
-    def _add_l2(self, theta: np.ndarray, value: float, grad: np.ndarray):
+    def add_l2(self, theta: np.ndarray, value: float, grad: np.ndarray):
+        """The data term's value and gradient plus the L2 penalty's, at ``theta``."""
         return value + 0.5 * float(self.l2 @ theta**2), grad + self.l2 * theta
 
     # -- the wire form of the linear map (parameter server <-> workers) ----
