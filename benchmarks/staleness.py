@@ -1,0 +1,145 @@
+"""Stale-gradient remedies under a straggler: sync vs SSP vs SSP + scale / compensate.
+
+For each ``--workers`` count, one ``local-cluster[W,1,1024]`` session (W
+executor processes, one task slot each) and one cached dense logistic set
+(``async_vs_sync.py``'s generator, W partitions). Every configuration fits
+``SGDLogisticRegression(optimizer="adam", stepSize=0.05)`` for ``--steps``
+steps; the per-step loss the trainer logs is recorded with its time since
+``fit`` started (as in ``async_vs_sync.py``).
+
+The straggler is the test-only fault plan: partition 1 sleeps before each of
+its batches. Its sleep is ``(factor - 1)`` times a worker's measured step
+time (async, bulk-synchronous, no straggler), so ``--slowdowns 2 5`` make
+that worker about 2x and 5x slower.
+
+Per (workers, slowdown, configuration), median of ``--repeats``: the time to
+reach the target -- sync's final logged loss without a straggler + 1% -- and
+the ratio to sync's time under the same straggler (below 1: sooner), and the
+exact final objective after the fixed budget of steps
+(``summary.extra["finalObjective"]``, every row, penalty included).
+
+    .venv/bin/python benchmarks/staleness.py
+    .venv/bin/python benchmarks/staleness.py --workers 2 --slowdowns 5 --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+from typing import Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from async_vs_sync import StepLog, make_data, time_to  # noqa: E402
+
+CONFIGS = [
+    ("sync", {}),
+    ("SSP s=2", dict(mode="async", maxStaleness=2)),
+    ("s=2 + scale", dict(mode="async", maxStaleness=2, staleGradientPolicy="scale")),
+    ("s=2 + compensate", dict(mode="async", maxStaleness=2,
+                              staleGradientPolicy="compensate")),
+    ("s=2 + compensate-a", dict(mode="async", maxStaleness=2, staleGradientPolicy="compensate",
+                                adaptiveCompensation=True, delayCompensation=2.0)),
+    ("s=-1 + compensate", dict(mode="async", maxStaleness=-1,
+                               staleGradientPolicy="compensate")),
+]
+
+
+def fit(df, log: StepLog, steps: int, extra: Dict[str, object]):
+    from gradspark import SGDLogisticRegression
+
+    log.reset()
+    model = SGDLogisticRegression(optimizer="adam", stepSize=0.05, tol=0.0, maxIter=steps,
+                                  parameterServerHost="127.0.0.1", **extra).fit(df)
+    return list(log.points), model.summary.extra
+
+
+def run_workers(args, workers: int, log: StepLog) -> List[Dict[str, object]]:
+    from pyspark.sql import SparkSession
+
+    from gradspark.faults import ENVIRONMENT_VARIABLE
+
+    spark = (SparkSession.builder.master(f"local-cluster[{workers},1,1024]")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    df = make_data(spark, args.rows, args.cols, workers)
+    df.count()
+    fit(df, log, 3, dict(mode="async", maxStaleness=0))  # warm-up
+    points, _ = fit(df, log, args.steps, dict(mode="async", maxStaleness=0))
+    step_seconds = (points[-1][0] - points[0][0]) / max(len(points) - 1, 1)
+    runs: Dict[tuple, list] = {}
+    for slowdown in [1.0, *args.slowdowns]:
+        if slowdown > 1:
+            os.environ[ENVIRONMENT_VARIABLE] = json.dumps(
+                {"slow_partition": 1, "slow_seconds": (slowdown - 1) * step_seconds})
+        for name, extra in CONFIGS:
+            for _ in range(args.repeats):
+                runs.setdefault((slowdown, name), []).append(fit(df, log, args.steps, extra))
+        os.environ.pop(ENVIRONMENT_VARIABLE, None)
+    spark.stop()
+
+    target = 1.01 * statistics.median(p[-1][1] for p, _ in runs[(1.0, "sync")])
+    rows = []
+    for slowdown in [1.0, *args.slowdowns]:
+        sync_time = None
+        for name, _ in CONFIGS:
+            fits = runs[(slowdown, name)]
+            reached = [time_to(p, target) for p, _ in fits]
+            median = statistics.median(reached) if None not in reached else None
+            sync_time = median if name == "sync" else sync_time
+            rows.append(dict(
+                workers=workers, slowdown=slowdown, config=name, target=target,
+                stepSeconds=step_seconds, timeToTarget=median,
+                ratioVsSync=median / sync_time if median is not None and sync_time else None,
+                finalObjective=statistics.median(e["finalObjective"] for _, e in fits),
+                fitSeconds=statistics.median(p[-1][0] for p, _ in fits),
+                compensationRatio=fits[-1][1].get("meanCompensationRatio"),
+                meanUpdateDelay=fits[-1][1].get("meanUpdateDelay")))
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def report(rows: List[Dict[str, object]]) -> None:
+    print("\n| workers | straggler | configuration | to target s | vs sync | final objective | "
+          "mean update delay |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        to = "-" if r["timeToTarget"] is None else f"{r['timeToTarget']:.2f}"
+        ratio = "-" if r["ratioVsSync"] is None else f"{r['ratioVsSync']:.2f}x"
+        delay = "-" if r["meanUpdateDelay"] is None else f"{r['meanUpdateDelay']:.2f}"
+        straggler = "none" if r["slowdown"] == 1 else f"{r['slowdown']:g}x"
+        print(f"| {r['workers']} | {straggler} | {r['config']} | {to} | {ratio} | "
+              f"{r['finalObjective']:.6f} | {delay} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--slowdowns", type=float, nargs="+", default=[2.0, 5.0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--cols", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args()
+    log = StepLog()
+    trainer_log = logging.getLogger("gradspark.trainer")
+    trainer_log.addHandler(log)
+    trainer_log.setLevel(logging.INFO)
+    print(f"load average before start: {os.getloadavg()[0]:.2f}", flush=True)
+    rows = [row for workers in args.workers for row in run_workers(args, workers, log)]
+    report(rows)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"args": vars(args), "rows": rows}, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()
