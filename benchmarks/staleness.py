@@ -7,10 +7,13 @@ executor processes, one task slot each) and one cached dense logistic set
 steps; the per-step loss the trainer logs is recorded with its time since
 ``fit`` started (as in ``async_vs_sync.py``).
 
-The straggler is the test-only fault plan: partition 1 sleeps before each of
-its batches. Its sleep is ``(factor - 1)`` times a worker's measured step
-time (async, bulk-synchronous, no straggler), so ``--slowdowns 2 5`` make
-that worker about 2x and 5x slower.
+A batch's compute is emulated with the test-only fault plan: every worker
+sleeps ``--batch-seconds`` before each batch (the set itself is small enough
+that its arithmetic takes a few milliseconds), and the straggler, partition
+1, sleeps ``(factor - 1)`` times as long again, so ``--slowdowns 2 5`` make
+it 2x and 5x slower. Sync mode runs resident workers (the JVM kernels would
+not sleep). Each worker count runs in its own process (a second
+SparkContext in one JVM does not take the kernels jar again).
 
 Per (workers, slowdown, configuration), median of ``--repeats``: the time to
 reach the target -- sync's final logged loss without a straggler + 1% -- and
@@ -29,7 +32,9 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 from typing import Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -38,7 +43,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from async_vs_sync import StepLog, make_data, time_to  # noqa: E402
 
 CONFIGS = [
-    ("sync", {}),
+    ("sync", dict(executionStrategy="resident")),
     ("SSP s=2", dict(mode="async", maxStaleness=2)),
     ("s=2 + scale", dict(mode="async", maxStaleness=2, staleGradientPolicy="scale")),
     ("s=2 + compensate", dict(mode="async", maxStaleness=2,
@@ -71,13 +76,11 @@ def run_workers(args, workers: int, log: StepLog) -> List[Dict[str, object]]:
     df = make_data(spark, args.rows, args.cols, workers)
     df.count()
     fit(df, log, 3, dict(mode="async", maxStaleness=0))  # warm-up
-    points, _ = fit(df, log, args.steps, dict(mode="async", maxStaleness=0))
-    step_seconds = (points[-1][0] - points[0][0]) / max(len(points) - 1, 1)
     runs: Dict[tuple, list] = {}
     for slowdown in [1.0, *args.slowdowns]:
-        if slowdown > 1:
-            os.environ[ENVIRONMENT_VARIABLE] = json.dumps(
-                {"slow_partition": 1, "slow_seconds": (slowdown - 1) * step_seconds})
+        os.environ[ENVIRONMENT_VARIABLE] = json.dumps(
+            {"base_seconds": args.batch_seconds, "slow_partition": 1,
+             "slow_seconds": (slowdown - 1) * args.batch_seconds})
         for name, extra in CONFIGS:
             for _ in range(args.repeats):
                 runs.setdefault((slowdown, name), []).append(fit(df, log, args.steps, extra))
@@ -95,7 +98,7 @@ def run_workers(args, workers: int, log: StepLog) -> List[Dict[str, object]]:
             sync_time = median if name == "sync" else sync_time
             rows.append(dict(
                 workers=workers, slowdown=slowdown, config=name, target=target,
-                stepSeconds=step_seconds, timeToTarget=median,
+                timeToTarget=median,
                 ratioVsSync=median / sync_time if median is not None and sync_time else None,
                 finalObjective=statistics.median(e["finalObjective"] for _, e in fits),
                 fitSeconds=statistics.median(p[-1][0] for p, _ in fits),
@@ -118,6 +121,18 @@ def report(rows: List[Dict[str, object]]) -> None:
               f"{r['finalObjective']:.6f} | {delay} |")
 
 
+def _with_workers(argv: List[str], workers: int) -> List[str]:
+    """``argv`` with one ``--workers`` value and without ``--json``."""
+    out, skip = [], False
+    for arg in argv:
+        if skip and not arg.startswith("--"):
+            continue
+        skip = arg in ("--workers", "--json")
+        if not skip:
+            out.append(arg)
+    return out + ["--workers", str(workers)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -127,14 +142,25 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=20)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--batch-seconds", type=float, default=0.05,
+                        help="emulated compute of one batch")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    log = StepLog()
-    trainer_log = logging.getLogger("gradspark.trainer")
-    trainer_log.addHandler(log)
-    trainer_log.setLevel(logging.INFO)
     print(f"load average before start: {os.getloadavg()[0]:.2f}", flush=True)
-    rows = [row for workers in args.workers for row in run_workers(args, workers, log)]
+    if len(args.workers) > 1:  # one process per session (see the module docs)
+        rows = []
+        for workers in args.workers:
+            with tempfile.NamedTemporaryFile(suffix=".json") as out:
+                argv = [a for a in sys.argv[1:]]
+                subprocess.run([sys.executable, __file__, *_with_workers(argv, workers),
+                                "--json", out.name], check=True)
+                rows.extend(json.load(open(out.name))["rows"])
+    else:
+        log = StepLog()
+        trainer_log = logging.getLogger("gradspark.trainer")
+        trainer_log.addHandler(log)
+        trainer_log.setLevel(logging.INFO)
+        rows = run_workers(args, args.workers[0], log)
     report(rows)
     if args.json:
         with open(args.json, "w") as out:

@@ -5,7 +5,8 @@ when ``fit`` starts, e.g. ``{"fail_partition": 0, "fail_step": 3}`` (raise in
 that partition's task at that step, first task attempt only; with ``"kill": true``
 its Python process is killed instead) or
 ``{"slow_partition": 1, "slow_seconds": 0.05}`` (sleep before every batch of
-that partition). The plan is read on the driver and travels in the task
+that partition; ``"base_seconds"`` makes every partition sleep, an emulated
+compute time for benchmarks). The plan is read on the driver and travels in the task
 closure, so it reaches executors of any cluster; production fits never set it.
 """
 
@@ -32,8 +33,11 @@ class FaultPlan:
     slow_partition: Optional[int] = None
     slow_seconds: float = 0.0
     kill: bool = False  # SIGKILL the task's Python process instead of raising (a lost task)
+    base_seconds: float = 0.0  # every partition sleeps this before each batch (benchmarks)
 
     def before_batch(self, partition: int, step: int, attempt: int) -> None:
+        if self.base_seconds > 0:
+            time.sleep(self.base_seconds)
         if partition == self.slow_partition and self.slow_seconds > 0:
             time.sleep(self.slow_seconds)
         if partition == self.fail_partition and step == self.fail_step and attempt == 0:
