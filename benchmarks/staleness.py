@@ -145,6 +145,7 @@ def main() -> None:
     parser.add_argument("--batch-seconds", type=float, default=0.05,
                         help="emulated compute of one batch")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     print(f"load average before start: {os.getloadavg()[0]:.2f}", flush=True)
     if len(args.workers) > 1:  # one process per session (see the module docs)
@@ -153,7 +154,7 @@ def main() -> None:
             with tempfile.NamedTemporaryFile(suffix=".json") as out:
                 argv = [a for a in sys.argv[1:]]
                 subprocess.run([sys.executable, __file__, *_with_workers(argv, workers),
-                                "--json", out.name], check=True)
+                                "--json", out.name, "--child"], check=True)
                 rows.extend(json.load(open(out.name))["rows"])
     else:
         log = StepLog()
@@ -161,7 +162,8 @@ def main() -> None:
         trainer_log.addHandler(log)
         trainer_log.setLevel(logging.INFO)
         rows = run_workers(args, args.workers[0], log)
-    report(rows)
+    if not args.child:
+        report(rows)
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"args": vars(args), "rows": rows}, out, indent=2)
