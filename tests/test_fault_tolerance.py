@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from gradspark import SGDLinearRegression, SGDLogisticRegression
-from gradspark.checkpoints import CheckpointStore, CorruptCheckpointError, TrainingState
+from gradspark.checkpoints import (ArrowCheckpointStore, CheckpointStore,
+                                   CorruptCheckpointError, TrainingState)
 from gradspark.data.blocks import BINARY
 from gradspark.data.dataset import TrainingData
 from job_support import job_result
@@ -40,8 +41,11 @@ def test_state_round_trips_and_detects_corruption():
         TrainingState.from_bytes(bytes(flipped))
 
 
-def test_store_keeps_the_newest_and_skips_a_corrupt_latest(spark, tmp_path, caplog):
-    store = CheckpointStore(spark.sparkContext, f"file://{tmp_path}", keep=2)
+@pytest.mark.parametrize("kind", ["hadoop", "pyarrow"])
+def test_store_keeps_the_newest_and_skips_a_corrupt_latest(spark, tmp_path, caplog, kind):
+    # pyarrow.fs is the store a Spark Connect client writes with (no JVM at hand)
+    store = (CheckpointStore(spark.sparkContext, f"file://{tmp_path}", keep=2)
+             if kind == "hadoop" else ArrowCheckpointStore(str(tmp_path), keep=2))
     for step in (3, 6, 9):
         store.write(_state(step))
     assert store.steps() == [6, 9]

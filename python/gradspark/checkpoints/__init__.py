@@ -1,10 +1,10 @@
-"""Checkpoints of training state: atomic, checksummed, on any Hadoop file system."""
+"""Checkpoints of training state: atomic, checksummed, on any Hadoop (or pyarrow) file system."""
 
 from gradspark.checkpoints.format import CorruptCheckpointError, TrainingState
-from gradspark.checkpoints.store import CheckpointStore
+from gradspark.checkpoints.store import ArrowCheckpointStore, CheckpointStore, checkpoint_store
 from gradspark.checkpoints.session import TrainingCheckpoints, data_fingerprint
 
 __all__ = [
-    "CheckpointStore", "CorruptCheckpointError", "TrainingCheckpoints", "TrainingState",
-    "data_fingerprint",
+    "ArrowCheckpointStore", "CheckpointStore", "CorruptCheckpointError", "TrainingCheckpoints", "TrainingState",
+    "checkpoint_store", "data_fingerprint",
 ]

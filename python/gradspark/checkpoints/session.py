@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from gradspark.checkpoints.format import TrainingState
-from gradspark.checkpoints.store import CheckpointStore
+from gradspark.checkpoints.store import CheckpointFiles
 from gradspark.data.statistics import DataStatistics
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class TrainingCheckpoints:
     """Writes a checkpoint every ``interval`` steps and finds the one to resume."""
 
     def __init__(
-        self, store: CheckpointStore, interval: int, fingerprint: str,
+        self, store: CheckpointFiles, interval: int, fingerprint: str,
         params: Dict[str, Any], estimator: str, resume: bool = True,
     ) -> None:
         if interval < 1:
@@ -79,7 +79,7 @@ class TrainingCheckpoints:
         if found is None:
             return None
         step, state = found
-        where = self.store.directory.toString()
+        where = self.store.location
         if state.meta.get("estimator") != self.meta["estimator"]:
             raise ValueError(
                 f"checkpointDir {where} holds a checkpoint of {state.meta.get('estimator')}, "
