@@ -27,11 +27,11 @@ import threading
 from typing import Dict, Optional
 
 import numpy as np
-import scipy.sparse as sp
 from pyspark import StorageLevel
 
 from gradspark.comm.traffic import JobTraffic
-from gradspark.data.blocks import BINARY, CLASS_INDEX, Block
+from gradspark.data.blocks import BINARY, CLASS_INDEX
+from gradspark.data.codec import decode_block
 from gradspark.data.dataset import _num_features, trainable
 from gradspark.data.statistics import DataStatistics, Moments
 from gradspark.data.validation import check_schema, raising_data_errors
@@ -159,27 +159,6 @@ def _call_for_doubles(method, *args) -> np.ndarray:
         os.unlink(path)
 
 
-def decode_block(data: bytes) -> Block:
-    """A block encoded by the Scala EncodeBlockFunction -> gradspark.data.blocks.Block."""
-    data = bytes(data)
-    kind, n, d, nnz, first_row = (int(v) for v in np.frombuffer(data, dtype="<i8", count=5))
-    pos = 40
-    labels = np.frombuffer(data, dtype="<f8", count=n, offset=pos).copy()
-    pos += 8 * n
-    weights = np.frombuffer(data, dtype="<f8", count=n, offset=pos).copy()
-    pos += 8 * n
-    if kind == 0:
-        features = np.frombuffer(data, dtype="<f8", count=n * d, offset=pos).reshape(n, d).copy()
-    else:
-        indptr = np.frombuffer(data, dtype="<i8", count=n + 1, offset=pos)
-        pos += 8 * (n + 1)
-        indices = np.frombuffer(data, dtype="<i4", count=nnz, offset=pos)
-        pos += 4 * nnz
-        values = np.frombuffer(data, dtype="<f8", count=nnz, offset=pos)
-        features = sp.csr_matrix((values.copy(), indices.copy(), indptr.copy()), shape=(n, d))
-    return Block(features, labels, weights, first_row)
-
-
 def _statistics(flat: np.ndarray, d: int) -> Optional[DataStatistics]:
     if len(flat) == 0:
         return None
@@ -287,9 +266,11 @@ class JvmTrainingData:
     def num_partitions(self) -> int:
         return int(self.blocks.numPartitions())
 
-    @property
-    def cached_rdd_id(self) -> int:
-        return int(self.blocks.rdd().id())
+    def stored_bytes(self) -> float:
+        """Memory + disk size of the cached blocks, as Spark's storage info reports it."""
+        from gradspark.engine.choice import cached_bytes
+
+        return cached_bytes(self.spark.sparkContext, int(self.blocks.rdd().id()))
 
     def release(self) -> None:
         if self._python_blocks is not None:
