@@ -115,9 +115,11 @@ class TrainingData:
     def num_partitions(self) -> int:
         return self.blocks.getNumPartitions()
 
-    @property
-    def cached_rdd_id(self) -> int:
-        return self.blocks.id()
+    def stored_bytes(self) -> float:
+        """Memory + disk size of the cached blocks, as Spark's storage info reports it."""
+        from gradspark.engine.choice import cached_bytes
+
+        return cached_bytes(self.blocks.context, self.blocks.id())
 
     def release(self) -> None:
         for blocks in (self.blocks, self._uncompacted):

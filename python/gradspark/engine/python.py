@@ -73,6 +73,32 @@ def grouped_sums(
 SCALARS_BYTES = 24  # loss sum, weight sum, row count
 
 
+def partition_result(blocks, loss: Loss, state, fraction: float, seed: int, step: int,
+                     partition: int, encode, faults=None):
+    """What one partition's job-per-step task returns: its sums encoded as they leave the
+    task, ``(Encoded, loss_sum, weight_sum, count)``, or None when it has no rows.
+
+    ``state`` is the step's ``(coef, offset, aux)``; a mini-batch is sampled from
+    ``(seed, step, partition)``.
+    """
+    if faults is not None:
+        from pyspark import TaskContext
+
+        faults.before_batch(partition, step, TaskContext.get().attemptNumber())
+    coef, offset, aux = state
+    rng = (np.random.default_rng([seed & 0xFFFFFFFF, step, partition]) if fraction < 1.0
+           else None)
+    sums = partition_sums(blocks, loss, coef, offset, aux, fraction, rng)
+    if sums is None:
+        return None
+    return encode(sums.vector()), sums.loss_sum, sums.weight_sum, sums.count
+
+
+def result_size(result) -> int:
+    """Bytes a :func:`partition_result` moves (its message and three scalars)."""
+    return result[0].nbytes + SCALARS_BYTES
+
+
 def decoded(sums, num_features: int, num_outputs: int) -> Optional[GradientSums]:
     """A partition's result -- ``(Encoded, loss_sum, weight_sum, count)`` as its task
     returns it, or sums already decoded and added -- as :class:`GradientSums`."""
@@ -119,7 +145,6 @@ class PythonGradientEngine:
         sc = self.blocks.context
         state = sc.broadcast((coef, offset, aux))
         loss = self.loss
-        sampled = fraction < 1.0
         faults = fault_plan()
         encode = self.compression.new()
         d, k = np.asarray(coef).shape[0], np.asarray(offset).shape[0]
@@ -127,19 +152,12 @@ class PythonGradientEngine:
         results = sc.accumulator(0)
 
         def compute(partition, iterator):
-            if faults is not None:
-                from pyspark import TaskContext
-
-                faults.before_batch(partition, step, TaskContext.get().attemptNumber())
-            b, c, a = state.value
-            rng = np.random.default_rng([seed & 0xFFFFFFFF, step, partition]) if sampled else None
-            sums = partition_sums(iterator, loss, b, c, a, fraction, rng)
-            if sums is not None:
-                message = encode(sums.vector())
-                sums = (message, sums.loss_sum, sums.weight_sum, sums.count)
-                result_bytes.add(message.nbytes + SCALARS_BYTES)
+            result = partition_result(iterator, loss, state.value, fraction, seed, step,
+                                      partition, encode, faults)
+            if result is not None:
+                result_bytes.add(result_size(result))
                 results.add(1)
-            yield sums
+            yield result
 
         def merge(a, b):
             return add_sums(decoded(a, d, k), decoded(b, d, k))

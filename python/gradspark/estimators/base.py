@@ -22,9 +22,7 @@ import numpy as np
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import (
     DefaultParamsReadable,
-    DefaultParamsWritable,
     DefaultParamsReader,
-    DefaultParamsWriter,
     MLReadable,
     MLReader,
     MLWritable,
@@ -32,20 +30,24 @@ from pyspark.ml.util import (
 )
 from pyspark.sql import DataFrame
 
-from gradspark.checkpoints import CheckpointStore, TrainingCheckpoints, data_fingerprint
+from gradspark.checkpoints import TrainingCheckpoints, checkpoint_store, data_fingerprint
 from gradspark.comm.compression import Compression
 from gradspark.comm.traffic import per_step
 from gradspark.data.blocks import SPARSE_DENSITY
 from gradspark.data.compaction import active_features, expand_rows
+from gradspark.connect import context_of, is_connect
 from gradspark.data.dataset import TrainingData
+from gradspark.data.frames import FrameTrainingData
 from gradspark.data.statistics import DataStatistics
 from gradspark.engine import PythonGradientEngine
-from gradspark.engine.choice import EngineChoice, cached_bytes, choose, data_path
+from gradspark.engine.choice import EngineChoice, choose, data_path
+from gradspark.engine.frames import FrameGradientEngine
 from gradspark.engine.resident import ResidentGradientEngine
 from gradspark.faults import fault_plan
 from gradspark.ps.tasks import resident_stage_running, task_slots
 from gradspark.losses import Loss
 from gradspark.params import SGDParams, validate_sgd_params
+from gradspark.persistence import DataFrameWriter, ParamsWritable
 from gradspark.report import LossCurve
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
 from gradspark.trainer.sharded import train_sharded
@@ -105,7 +107,7 @@ def regularization_vectors(
     return l2, l1
 
 
-class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultParamsWritable):
+class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, ParamsWritable):
     """Base class; see the concrete estimators for the user-facing docs."""
 
     def _set_given(self, kwargs: Dict[str, Any]):
@@ -141,8 +143,8 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
         if not self.getCheckpointDir():
             return None
         columns = [self.getFeaturesCol(), self.getLabelCol()] + ([weight_col] if weight_col else [])
-        store = CheckpointStore(dataset.sparkSession.sparkContext, self.getCheckpointDir(),
-                                self.getKeepCheckpoints())
+        store = checkpoint_store(dataset.sparkSession, self.getCheckpointDir(),
+                                 self.getKeepCheckpoints())
         params = {p.name: v for p, v in self.extractParamMap().items()}
         return TrainingCheckpoints(
             store, self.getCheckpointInterval(),
@@ -182,9 +184,18 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
         self._validate_params()
         weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else None
         weight_col = weight_col or None
-        jvm_data = data_path(dataset.sparkSession, self.getEngine(),
-                             self.getExecutionStrategy(), self._workers_mode())
-        data = (jvm_training_data() if jvm_data else TrainingData)(
+        connect = is_connect(dataset)
+        if connect and self.getEngine() == "jvm":
+            raise ValueError("engine='jvm' calls the JVM kernels through py4j, which a Spark "
+                             "Connect session does not have; use engine='auto' or 'python'")
+        jvm_data = not connect and data_path(dataset.sparkSession, self.getEngine(),
+                                             self.getExecutionStrategy(), self._workers_mode())
+        if connect:
+            logger.info("%s: Spark Connect session: numpy kernels over a cached block frame "
+                        "(the JVM kernels need py4j)", type(self).__name__)
+        data_class = (FrameTrainingData if connect
+                      else jvm_training_data() if jvm_data else TrainingData)
+        data = data_class(
             dataset,
             self.getFeaturesCol(),
             self.getLabelCol(),
@@ -204,7 +215,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             stats = data.statistics
             problem = self._problem(stats)
             num_features = data.num_features
-            choice = self._choose_engine(dataset.sparkSession.sparkContext, data, jvm_data)
+            choice = self._choose_engine(context_of(dataset), data, jvm_data)
             engine = self._gradient_engine(data, choice, problem)
             objective = LinearObjective(
                 engine=engine,
@@ -291,7 +302,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             return EngineChoice("python", "sharded", f"parameterServers="
                                 f"{self.getParameterServers()}: shards in the workers' tasks")
         workers = min(data.num_partitions, task_slots(sc))
-        bytes_per_worker = cached_bytes(sc, data.cached_rdd_id) / workers
+        bytes_per_worker = data.stored_bytes() / workers
         choice = choose(self.getEngine(), self.getExecutionStrategy(), self._workers_mode(),
                         jvm_data, bytes_per_worker, resident_stage_running(sc),
                         self.getOptimizer(), self.needsResidentWorkers())
@@ -323,7 +334,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             return engine
         # (async mode's workers compress their own pushes; this engine is unused there)
         compression = self._compression() if choice.strategy == "jobPerStep" else Compression()
-        return PythonGradientEngine(data.python_blocks(), problem.loss, depth, compression)
+        return python_job_engine(data, problem.loss, depth, compression)
 
 
     def _evaluation_engine(self, data, engine, choice: EngineChoice, jvm_data: bool,
@@ -337,7 +348,15 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, DefaultPa
             from gradspark.engine.jvm import JvmGradientEngine
 
             return JvmGradientEngine(data, problem.loss, depth)
-        return PythonGradientEngine(data.python_blocks(), problem.loss, depth)
+        return python_job_engine(data, problem.loss, depth)
+
+
+def python_job_engine(data, loss: Loss, depth: int, compression: Compression = Compression()):
+    """The numpy job-per-step engine for the data's kind: RDD jobs, or ``mapInArrow`` jobs
+    over a block frame (Spark Connect)."""
+    if isinstance(data, FrameTrainingData):
+        return FrameGradientEngine(data.block_source(), loss, depth, compression)
+    return PythonGradientEngine(data.python_blocks(), loss, depth, compression)
 
 
 def jvm_training_data():
@@ -413,25 +432,22 @@ class _LinearModel(Model, SGDParams, MLReadable, MLWritable):
             )
 
 
-class _LinearModelWriter(MLWriter):
+class _LinearModelWriter(DataFrameWriter):
     def __init__(self, instance: _LinearModel) -> None:
         super().__init__()
         self.instance = instance
 
     def saveImpl(self, path: str) -> None:
         m = self.instance
-        DefaultParamsWriter.saveMetadata(
-            m, path, self.sparkSession,
-            extraMetadata={"shape": list(m._coefficient_matrix.shape)},
-        )
+        self.save_metadata(m, path, extra={"shape": list(m._coefficient_matrix.shape)})
         row = (
             m._coefficient_matrix.ravel().tolist(),
             m._intercepts.tolist(),
             m._aux.tolist(),
         )
-        self.sparkSession.createDataFrame(
+        self.save_data(self.sparkSession.createDataFrame(
             [row], "coefficients array<double>, intercepts array<double>, aux array<double>"
-        ).write.parquet(f"{path}/data")
+        ), path)
 
 
 class _LinearModelReader(MLReader):

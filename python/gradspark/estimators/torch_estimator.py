@@ -33,7 +33,6 @@ from pyspark.ml.param.shared import HasFeaturesCol, HasLabelCol, HasPredictionCo
 from pyspark.ml.param.shared import HasRawPredictionCol
 from pyspark.ml.util import (
     DefaultParamsReader,
-    DefaultParamsWriter,
     MLReadable,
     MLReader,
     MLWritable,
@@ -43,10 +42,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from gradspark.checkpoints.epochs import EpochCheckpoints, normalize_directory
+from gradspark.connect import context_of, ship
 from gradspark.data.columnar import features_as_array, features_matrix, training_columns
 from gradspark.data.validation import InvalidDataError
 from gradspark.faults import fault_plan
 from gradspark.params import HasCheckpoints, _one_of
+from gradspark.persistence import DataFrameWriter
 from gradspark.report import LossCurve
 from gradspark.trainer.barrier import require_task_slots
 from gradspark.trainer.ddp import (
@@ -255,8 +256,7 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
 
     def _fit(self, dataset: DataFrame) -> "TorchModel":
         self._validate()
-        sc = dataset.sparkSession.sparkContext
-        require_task_slots(sc, self.getNumWorkers(), self.getUseGpu())
+        require_task_slots(context_of(dataset), self.getNumWorkers(), self.getUseGpu())
         spec = self._spec(self._prepare_checkpoints())
         columns = training_columns(dataset, self.getFeaturesCol(), self.getLabelCol())
         started = time.perf_counter()
@@ -337,14 +337,13 @@ class TorchModel(Model, TorchParams, MLReadable, MLWritable):
         return _load_module(self.model_fn, self.state)
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
-        sc = dataset.sparkSession.sparkContext
         features = features_as_array(dataset, self.getFeaturesCol())
         probe = self.module()
         import torch
 
         with torch.no_grad():
             width = int(np.prod(probe(torch.zeros(1, self.num_features)).shape[1:]))
-        shipped = sc.broadcast((cloudpickle.dumps(self.model_fn), self.state))
+        shipped = ship(dataset, (cloudpickle.dumps(self.model_fn), self.state))
         predict = _predict_udf(shipped, self.getFeaturesCol(), self.getInferenceBatchSize(),
                                width > 1)
         packed = "__gradspark_torch"
@@ -412,7 +411,7 @@ def _predict_udf(shipped, features_col: str, batch_rows: int, several_outputs: b
 
 # -- persistence: Params as metadata JSON, callables and weights as one Parquet row --
 
-class _CallablesWriter(MLWriter):
+class _CallablesWriter(DataFrameWriter):
     def __init__(self, instance: Params, callables: Dict[str, Any], state: bytes = b"",
                  extra: Optional[Dict[str, Any]] = None) -> None:
         super().__init__()
@@ -420,13 +419,11 @@ class _CallablesWriter(MLWriter):
         self.extra = extra or {}
 
     def saveImpl(self, path: str) -> None:
-        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
-                                         extraMetadata=self.extra)
+        self.save_metadata(self.instance, path, extra=self.extra)
         row = {name: cloudpickle.dumps(fn) for name, fn in self.callables.items()}
         row["state"] = self.state
         schema = ", ".join(f"{name} binary" for name in row)
-        self.sparkSession.createDataFrame([tuple(row.values())], schema) \
-            .write.parquet(f"{path}/data")
+        self.save_data(self.sparkSession.createDataFrame([tuple(row.values())], schema), path)
 
 
 class _CallablesReader(MLReader):

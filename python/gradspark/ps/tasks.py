@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Dict, Iterable, Iterator, List, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from pyspark import RDD
 
@@ -70,13 +70,19 @@ class FrameBlocks:
 
     REPORT = "worker long, attempt long, answered long"
 
-    def __init__(self, frame, decode: Callable[[bytes], Block]) -> None:
+    def __init__(self, frame, decode: Callable[[bytes], Block], context=None,
+                 partitions: Optional[int] = None) -> None:
         self.frame = frame
         self.decode = decode
-        self.context = frame.sparkSession.sparkContext
+        # A Connect session has no SparkContext and no frame.rdd: its callers pass the
+        # context (gradspark.connect.context_of) and the partition count they know.
+        self.context = context if context is not None else frame.sparkSession.sparkContext
+        self.partitions = partitions
 
     def _partitions(self) -> int:
-        return self.frame.rdd.getNumPartitions()
+        if self.partitions is None:
+            self.partitions = self.frame.rdd.getNumPartitions()
+        return self.partitions
 
     def num_workers(self) -> int:
         return min(self._partitions(), task_slots(self.context))

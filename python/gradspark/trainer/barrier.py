@@ -32,7 +32,12 @@ SLOT_WAIT_SECONDS = 60.0
 
 
 def max_concurrent_tasks(sc) -> int:
-    """Task slots of the default resource profile (counts cores and GPUs)."""
+    """Task slots of the default resource profile (counts cores and GPUs; a Spark Connect
+    session says only how many cores)."""
+    from gradspark.connect import ConnectContext
+
+    if isinstance(sc, ConnectContext):
+        return sc.defaultParallelism
     jsc = sc._jsc.sc()
     return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().resourceProfileFromId(0)))
 
