@@ -100,13 +100,29 @@ def _blocks(data) -> list:
     return data.blocks.collect()
 
 
-@pytest.mark.parametrize("sparse,weighted", [(False, False), (True, True)])
-def test_frame_blocks_equal_the_rdd_blocks(spark, sparse, weighted):
+@pytest.fixture
+def small_arrow_batches(spark):
+    """Arrow batches of 16 rows, so blocks of 50 rows span several batches."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "16")
+    yield
+    spark.conf.set(key, before)
+
+
+@pytest.mark.parametrize("kind,weighted", [("dense", False), ("sparse", True),
+                                           ("mixed", False)])
+def test_frame_blocks_equal_the_rdd_blocks(spark, small_arrow_batches, kind, weighted):
     g = np.random.default_rng(4)
-    X = g.normal(size=(203, 6)) * (g.random((203, 6)) < (0.3 if sparse else 1.0))
+    X = g.normal(size=(203, 6)) * (g.random((203, 6)) < (1.0 if kind == "dense" else 0.3))
     df = make_df(spark, X, {"label": (X[:, 0] > 0).astype(float),
                             "weight": g.uniform(0.5, 2.0, size=203)}, partitions=3,
-                 sparse=sparse)
+                 sparse=kind != "dense")
+    if kind == "mixed":  # every third row dense: the per-row fallback
+        df = spark.createDataFrame(
+            [(Vectors.dense(r.features.toArray()) if i % 3 == 0 else r.features, r.label,
+              r.weight) for i, r in enumerate(df.collect())],
+            df.schema).repartition(3).cache()
     args = ("features", "label", "weight" if weighted else None, BINARY, 50, 2)
     with TrainingData(df, *args) as rdd_data, FrameTrainingData(df, *args) as frame_data:
         assert frame_data.num_partitions == 3
@@ -142,6 +158,10 @@ def test_frame_blocks_equal_the_rdd_blocks(spark, sparse, weighted):
      "has a vector of size 1 at partition 0, row 1"),
     ([(Vectors.dense([1.0, 2.0]), 1.0), (Vectors.sparse(2, [1], [np.inf]), 0.0)], REAL,
      "contains NaN or infinite values"),
+    ([(Vectors.sparse(2, [0], [1.0]), 1.0), (Vectors.sparse(2, [1], [np.nan]), 0.0)], REAL,
+     "(first at partition 0, row 1: (2,[1],[nan]))"),
+    ([(Vectors.sparse(2, [0], [1.0]), 1.0), (Vectors.sparse(3, [1], [1.0]), 0.0)], REAL,
+     "has a vector of size 3 at partition 0, row 1"),
     ([(Vectors.dense([1.0, 2.0]), 2.0)], BINARY, "must be 0 or 1"),
     ([(Vectors.dense([1.0, 2.0]), 1.5)], CLASS_INDEX, "must be a class index"),
 ])

@@ -58,20 +58,20 @@ def blockify_partition(
     for i, row in enumerate(rows):
         buffer.append(row)
         if len(buffer) == block_size:
-            yield _make_block(
+            yield make_block(
                 buffer, partition, start, num_features, label_domain,
                 feature_col, label_col, weight_col,
             )
             buffer = []
             start = i + 1
     if buffer:
-        yield _make_block(
+        yield make_block(
             buffer, partition, start, num_features, label_domain,
             feature_col, label_col, weight_col,
         )
 
 
-def _make_block(
+def make_block(
     rows: list,
     partition: int,
     start: int,
@@ -89,14 +89,8 @@ def _make_block(
         return row_position(partition, start + k)
 
     for k, v in enumerate(vectors):
-        if v is None:
-            raise InvalidDataError(f"features column {feature_col!r} is null at {where(k)}")
-        if v.size != num_features:
-            raise InvalidDataError(
-                f"features column {feature_col!r} has a vector of size {v.size} at "
-                f"{where(k)}, but the first row has size {num_features}; all feature "
-                "vectors must have the same size"
-            )
+        if v is None or v.size != num_features:
+            raise vector_error(feature_col, None if v is None else v.size, num_features, where(k))
     for name, values in ((label_col, labels), (weight_col, weights)):
         if values is not None and any(x is None for x in values):
             k = next(k for k, x in enumerate(values) if x is None)
@@ -105,13 +99,45 @@ def _make_block(
     matrix = _stack(vectors, num_features)
     y = np.asarray(labels, dtype=np.float64)
     w = np.ones(len(rows)) if weights is None else np.asarray(weights, dtype=np.float64)
+    return checked_block(matrix, y, w, partition, start, label_domain, feature_col, label_col,
+                         weight_col, lambda k: vectors[k])
+
+
+def vector_error(feature_col: str, size: Optional[int], num_features: int,
+                 position: str) -> InvalidDataError:
+    """A null vector (``size`` None), or one whose size differs from the first row's."""
+    if size is None:
+        return InvalidDataError(f"features column {feature_col!r} is null at {position}")
+    return InvalidDataError(
+        f"features column {feature_col!r} has a vector of size {size} at {position}, but the "
+        f"first row has size {num_features}; all feature vectors must have the same size")
+
+
+def checked_block(
+    matrix: Matrix,
+    y: np.ndarray,
+    w: np.ndarray,
+    partition: int,
+    start: int,
+    label_domain: str,
+    feature_col: str,
+    label_col: str,
+    weight_col: Optional[str],
+    describe_row,
+) -> Block:
+    """The block, once its values pass the checks every blockify path makes: finite
+    features, labels in the loss's domain, finite non-negative weights.
+    ``describe_row(k)`` shows row ``k``'s vector in the message."""
+
+    def where(k: int) -> str:
+        return row_position(partition, start + k)
 
     values = matrix.data if sp.issparse(matrix) else matrix
     if not np.all(np.isfinite(values)):
         k = _first_nonfinite_row(matrix)
         raise InvalidDataError(
             f"features column {feature_col!r} contains NaN or infinite values "
-            f"(first at {where(k)}: {vectors[k]})"
+            f"(first at {where(k)}: {describe_row(k)})"
         )
     _check_labels(y, label_domain, label_col, where)
     if weight_col:

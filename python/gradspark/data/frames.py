@@ -2,9 +2,9 @@
 
 :class:`~gradspark.data.dataset.TrainingData` caches an RDD of blocks; a
 Connect client has no RDDs, so here one ``mapInArrow`` pass over the input
-validates and blockifies each partition exactly as the RDD path does
-(:func:`~gradspark.data.blocks.blockify_partition`, the same messages),
-encodes the blocks (:mod:`gradspark.data.codec`) and adds one row per
+validates and blockifies each partition into the blocks the RDD path
+builds, with the same messages, straight from the Arrow buffers
+(:func:`arrow_blocks`), encodes the blocks (:mod:`gradspark.data.codec`) and adds one row per
 partition with that partition's column statistics. The result is persisted
 (``MEMORY_AND_DISK``); the statistics are read from it, which fills the
 cache, so building it still runs one job over the input.
@@ -23,17 +23,20 @@ from typing import Iterator, List, Optional
 
 import numpy as np
 import pyarrow as pa
+import scipy.sparse as sp
 from pyspark import StorageLevel
 from pyspark.ml.linalg import DenseVector, SparseVector
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from gradspark.connect import context_of
-from gradspark.data.blocks import BINARY, CLASS_INDEX, blockify_partition, compact_block
+from gradspark.data.blocks import (BINARY, CLASS_INDEX, SPARSE_DENSITY, Block, make_block,
+                                   checked_block, compact_block, vector_error)
 from gradspark.data.codec import decode_block, encode_block
 from gradspark.data.dataset import _num_features, trainable
 from gradspark.data.statistics import DataStatistics, block_statistics, merge_statistics
-from gradspark.data.validation import check_schema, raising_data_errors
+from gradspark.data.validation import (InvalidDataError, check_schema, raising_data_errors,
+                                       row_position)
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +71,90 @@ def arrow_vectors(column: pa.StructArray) -> List[Optional[object]]:
     return vectors
 
 
-def arrow_rows(batches: Iterator[pa.RecordBatch], weighted: bool) -> Iterator[tuple]:
-    """``(features, label, weight)`` rows, as the RDD path's ``Row`` s, from Arrow batches."""
+def arrow_blocks(batches: Iterator[pa.RecordBatch], partition: int, num_features: int,
+                 block_size: int, label_domain: str, feature_col: str, label_col: str,
+                 weight_col: Optional[str]) -> Iterator[Block]:
+    """:func:`~gradspark.data.blocks.blockify_partition` over Arrow batches of
+    ``(features, label[, weight])``: the same blocks and the same checks, built
+    from the Arrow buffers without a Python object per row."""
+    names = (label_domain, feature_col, label_col, weight_col)
+    pending: List[pa.RecordBatch] = []
+    rows = start = 0
     for batch in batches:
-        vectors = arrow_vectors(batch.column(0))
-        labels = batch.column(1).to_pylist()
-        weights = batch.column(2).to_pylist() if weighted else [None] * len(labels)
-        yield from zip(vectors, labels, weights)
+        if batch.num_rows == 0:
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        while rows >= block_size:
+            table = pa.Table.from_batches(pending)
+            yield arrow_block(table.slice(0, block_size), partition, start, num_features, *names)
+            rest = table.slice(block_size)
+            pending, rows = rest.to_batches(), rest.num_rows
+            start += block_size
+    if rows:
+        yield arrow_block(pa.Table.from_batches(pending), partition, start, num_features, *names)
+
+
+def arrow_block(table: pa.Table, partition: int, start: int, num_features: int,
+                label_domain: str, feature_col: str, label_col: str,
+                weight_col: Optional[str]) -> Block:
+    """One block from ``table``'s rows (see :func:`arrow_blocks`)."""
+    features = table.column(0).combine_chunks()
+    n = len(features)
+    kinds = features.field("type").fill_null(1).to_numpy(zero_copy_only=False)
+    values = features.field("values")
+    value_offsets = values.offsets.to_numpy()
+    sizes = np.where(kinds == 1, np.diff(value_offsets),
+                     features.field("size").fill_null(-1).to_numpy(zero_copy_only=False))
+    valid = features.is_valid().to_numpy(zero_copy_only=False)
+    bad = ~valid | (sizes != num_features)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise vector_error(feature_col, int(sizes[k]) if valid[k] else None, num_features,
+                           row_position(partition, start + k))
+    columns = [(label_col, table.column(1))] + ([(weight_col, table.column(2))]
+                                                if weight_col else [])
+    for name, column in columns:
+        if column.null_count:
+            k = int(np.argmax(~column.is_valid().to_numpy(zero_copy_only=False)))
+            raise InvalidDataError(f"column {name!r} is null at "
+                                   f"{row_position(partition, start + k)}")
+    y = table.column(1).to_numpy().astype(np.float64)
+    w = table.column(2).to_numpy().astype(np.float64) if weight_col else np.ones(n)
+    flat_values = values.values.to_numpy(zero_copy_only=False)[value_offsets[0]:value_offsets[-1]]
+    if (kinds == 1).all():
+        matrix = flat_values.astype(np.float64).reshape(n, num_features)
+    else:
+        matrix = _sparse_matrix(features, flat_values, value_offsets, kinds, num_features)
+        if matrix is None:  # dense and sparse rows mixed, or indices Spark would refuse
+            return make_block(list(zip(arrow_vectors(features), y, w)), partition, start,
+                               num_features, label_domain, feature_col, label_col, weight_col)
+    return checked_block(matrix, y, w, partition, start, label_domain, feature_col, label_col,
+                         weight_col, lambda k: arrow_vectors(features.slice(k, 1))[0])
+
+
+def _sparse_matrix(features: pa.StructArray, flat_values: np.ndarray,
+                   value_offsets: np.ndarray, kinds: np.ndarray, num_features: int):
+    """CSR of all-sparse rows, as ``_stack`` builds it; None when a row is dense, or its
+    indices are not strictly increasing in ``[0, size)`` (the per-row path raises then)."""
+    if (kinds == 1).any():
+        return None
+    indices = features.field("indices")
+    offsets = indices.offsets.to_numpy()
+    if not np.array_equal(offsets - offsets[0], value_offsets - value_offsets[0]):
+        return None
+    flat = indices.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
+    indptr = (offsets - offsets[0]).astype(np.int64)
+    steps = np.diff(flat)
+    starts = indptr[1:-1]
+    steps[starts[(starts > 0) & (starts < len(flat))] - 1] = 1  # across rows: no order
+    if len(flat) and (flat.min() < 0 or flat.max() >= num_features or (steps <= 0).any()):
+        return None
+    n = len(offsets) - 1
+    csr = sp.csr_matrix((flat_values.astype(np.float64), flat, indptr), shape=(n, num_features))
+    if csr.nnz >= SPARSE_DENSITY * n * num_features:
+        return csr.toarray()
+    return csr
 
 
 class FrameTrainingData:
@@ -114,9 +194,8 @@ class FrameTrainingData:
 
             partition = TaskContext.get().partitionId()
             stats, stored = None, 0
-            for block in blockify_partition(
-                    partition, arrow_rows(batches, weight_col is not None), num_features,
-                    block_size, label_domain, features_col, label_col, weight_col):
+            for block in arrow_blocks(batches, partition, num_features, block_size,
+                                      label_domain, features_col, label_col, weight_col):
                 stats = merge_statistics(stats, block_statistics(block, track_classes))
                 data = encode_block(block)
                 stored += len(data)
