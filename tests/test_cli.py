@@ -185,6 +185,30 @@ def test_installed_script_by_path_trains_quietly_on_a_local_master(table, tmp_pa
     assert "Spark" in verbose.stderr.replace("gradspark", "")
 
 
+def test_installed_script_trains_on_spark_connect_as_on_a_classic_session(
+        spark, table, tmp_path, capsys):
+    """--remote local[2]: a local Connect server, the fit over DataFrame stages, the
+    model saved (twice: overwrite) and readable; the metrics are the classic run's."""
+    args = ["train", "--model", "logistic", "--input", table, "--features", "a,b",
+            "--param", "maxIter=20"]
+    assert run(spark, *args, "--output", str(tmp_path / "classic")) == 0
+    classic = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    script, out = _installed_script(), str(tmp_path / "model")
+    for _ in range(2):
+        proc = subprocess.run([script, *args, "--remote", "local[2]", "--output", out],
+                              capture_output=True, text=True, timeout=300,
+                              env=_bare_environment(), cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    connect = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert connect["iterations"] == classic["iterations"]
+    for name, value in classic["metrics"].items():
+        assert connect["metrics"][name] == pytest.approx(value, rel=1e-9)
+    assert PipelineModel.load(out).stages[-1].numFeatures == 2
+    spark_lines = [line for line in proc.stderr.splitlines()
+                   if line.strip() and not line.startswith("WARNING: Using incubator modules")]
+    assert not spark_lines, proc.stderr[-2000:]
+
+
 def test_executors_without_gradspark_fail_with_one_line_that_says_how_to_fix(table,
                                                                           tmp_path):
     """Workers started with an interpreter that lacks gradspark (a cluster's, here the

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from typing import Dict, List, Optional, Sequence
 
 from pyspark.ml import Pipeline, PipelineModel
@@ -38,6 +39,7 @@ from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import NumericType, StringType
 
+from gradspark.connect import is_connect
 from gradspark.report import loss_plot_png
 
 logger = logging.getLogger("gradspark.cli")
@@ -70,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
         source.add_argument("--sql", help="a SQL query")
         command.add_argument("--output", help="where to save the model / the predictions")
         command.add_argument("--master", help="Spark master (default: spark-submit's or local)")
+        command.add_argument("--remote", metavar="URL",
+                             help="a Spark Connect server (sc://host:port), or local[N] to "
+                                  "start one here; instead of --master")
         command.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                              help="Spark configuration (repeatable)")
         command.add_argument("--verbose", action="store_true", default=None,
@@ -184,7 +189,12 @@ QUIET_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf",
 
 def _session(job: dict) -> SparkSession:
     builder = SparkSession.builder.appName(f"gradspark {job.get('command', '')}".strip())
-    if job.get("master"):
+    remote = job.get("remote")
+    if remote and job.get("master"):
+        raise UsageError("give --master or --remote, not both")
+    if remote:
+        builder = builder.remote(remote)
+    elif job.get("master"):
         builder = builder.master(job["master"])
     conf = {}
     for item in job.get("conf", []):
@@ -193,7 +203,9 @@ def _session(job: dict) -> SparkSession:
             raise UsageError(f"--conf wants KEY=VALUE, got {item!r}")
         conf[key] = value
     _use_this_python(job, conf)
-    if not job.get("verbose"):
+    # A session of its own (not a Connect server elsewhere): keep its JVM quiet.
+    own_jvm = not remote or remote.startswith("local")
+    if not job.get("verbose") and own_jvm:
         conf.setdefault("spark.ui.showConsoleProgress", "false")
         options = conf.get("spark.driver.extraJavaOptions", "")
         if "log4j2.configurationFile" not in options and " " not in QUIET_LOG4J:
@@ -201,8 +213,12 @@ def _session(job: dict) -> SparkSession:
                 f"{options} -Dlog4j2.configurationFile=file:{QUIET_LOG4J}".strip()
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    if not job.get("verbose"):
+    with warnings.catch_warnings():
+        # A local Connect server takes the static settings at its start, then the client
+        # warns that it cannot set them again on its session.
+        warnings.filterwarnings("ignore", message="Failed to set spark", category=UserWarning)
+        spark = builder.getOrCreate()
+    if not job.get("verbose") and not is_connect(spark):
         spark.sparkContext.setLogLevel("ERROR")  # a session made before us keeps its own
     return spark
 
@@ -221,24 +237,33 @@ def _use_this_python(job: dict, conf: Dict[str, str]) -> None:
     if os.environ.get("PYSPARK_PYTHON") or "spark.pyspark.python" in conf:
         return
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started us
-    master = job.get("master") or ("" if submitted else "local[*]")
+    master = job.get("master") or job.get("remote") or ("" if submitted else "local[*]")
     if master.startswith("local"):
         os.environ["PYSPARK_PYTHON"] = sys.executable
 
 
 def check_executors(spark: SparkSession) -> None:
-    """One small task: can the executors' Python import gradspark? A UsageError if not."""
-    sc = spark.sparkContext
+    """One small task: can the executors' Python import gradspark? A UsageError if not.
 
-    def importable(_):
+    A DataFrame task, so that it runs on a Spark Connect session too.
+    """
+    import pyarrow as pa
+
+    def importable(batches):
         import importlib.util
         import sys
 
-        yield importlib.util.find_spec("gradspark") is not None, sys.executable
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pylist(
+            [{"found": importlib.util.find_spec("gradspark") is not None,
+              "executable": sys.executable}])
 
-    chosen = sc.getConf().get("spark.pyspark.python", None) or sc.pythonExec
+    chosen = (spark.conf.get("spark.pyspark.python", None)
+              or os.environ.get("PYSPARK_PYTHON") or "python3")
     try:
-        found, executable = sc.parallelize([0], 1).mapPartitions(importable).collect()[0]
+        found, executable = spark.range(1, numPartitions=1).mapInArrow(
+            importable, "found boolean, executable string").first()
     except Exception as error:  # noqa: BLE001 - e.g. the executors' Python does not start
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise UsageError(f"the executors' Python ({chosen}) could not run a task: "
@@ -385,7 +410,15 @@ def predict(spark: SparkSession, job: dict) -> dict:
 
 
 def write_file(spark: SparkSession, path: str, data: bytes) -> None:
-    """A small file on any Hadoop filesystem (local, HDFS, S3A...)."""
+    """A small file on any Hadoop filesystem (local, HDFS, S3A...); from a Spark Connect
+    client, which has no JVM, through ``pyarrow.fs`` (local, HDFS, S3, GCS)."""
+    if is_connect(spark):
+        import pyarrow.fs as pafs
+
+        fs, where = pafs.FileSystem.from_uri(path if "://" in path else os.path.abspath(path))
+        with fs.open_output_stream(where) as out:
+            out.write(data)
+        return
     jvm = spark.sparkContext._jvm
     target = jvm.org.apache.hadoop.fs.Path(path)
     fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
