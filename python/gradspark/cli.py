@@ -245,34 +245,44 @@ def _use_this_python(job: dict, conf: Dict[str, str]) -> None:
 def check_executors(spark: SparkSession) -> None:
     """One small task: can the executors' Python import gradspark? A UsageError if not.
 
-    A DataFrame task, so that it runs on a Spark Connect session too.
+    On a classic session an RDD task, which needs nothing but pyspark on the workers
+    (an interpreter without pyarrow still answers); on Spark Connect, which has no
+    RDDs, a DataFrame task.
     """
-    import pyarrow as pa
 
-    def importable(batches):
+    def importable(rows):
         import importlib.util
         import sys
 
-        for _ in batches:
+        for _ in rows:
             pass
-        yield pa.RecordBatch.from_pylist(
-            [{"found": importlib.util.find_spec("gradspark") is not None,
-              "executable": sys.executable}])
+        yield importlib.util.find_spec("gradspark") is not None, sys.executable
 
+    cure = ("install it there (pip install gradspark), ship it with --py-files, or point "
+            "PYSPARK_PYTHON / spark.pyspark.python at an interpreter that has it")
     chosen = (spark.conf.get("spark.pyspark.python", None)
               or os.environ.get("PYSPARK_PYTHON") or "python3")
     try:
-        found, executable = spark.range(1, numPartitions=1).mapInArrow(
-            importable, "found boolean, executable string").first()
+        if is_connect(spark):
+            import pyarrow as pa
+
+            def importable_batches(batches):
+                for found, executable in importable(batches):
+                    yield pa.RecordBatch.from_pylist([{"found": found,
+                                                       "executable": executable}])
+
+            found, executable = spark.range(1, numPartitions=1).mapInArrow(
+                importable_batches, "found boolean, executable string").first()
+        else:
+            found, executable = spark.sparkContext.parallelize([0], 1) \
+                .mapPartitions(importable).collect()[0]
     except Exception as error:  # noqa: BLE001 - e.g. the executors' Python does not start
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise UsageError(f"the executors' Python ({chosen}) could not run a task: "
-                         f"{first}") from error
+        raise UsageError(f"the executors' Python ({chosen}) could not run a task ({first}): "
+                         f"it needs gradspark and its dependencies; {cure}") from error
     if not found:
-        raise UsageError(
-            f"the executors' Python ({executable}) cannot import gradspark: install it "
-            "there (pip install gradspark), ship it with --py-files, or point "
-            "PYSPARK_PYTHON / spark.pyspark.python at an interpreter that has it")
+        raise UsageError(f"the executors' Python ({executable}) cannot import gradspark: "
+                         f"{cure}")
 
 
 def read_source(spark: SparkSession, job: dict) -> DataFrame:

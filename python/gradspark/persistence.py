@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from pyspark.ml.param import Params
-from pyspark.ml.util import DefaultParamsWriter, MLWriter
+from pyspark.ml.util import DefaultParamsWriter, MLWritable, MLWriter
 from pyspark.sql import DataFrame
 
 from gradspark.connect import is_connect
@@ -53,9 +53,9 @@ class ParamsWriter(DataFrameWriter):
         self.save_metadata(self.instance, path)
 
 
-class ParamsWritable:
+class ParamsWritable(MLWritable):
     """Mixin: ``write()`` returns a :class:`ParamsWriter` (``DefaultParamsWritable``'s
-    format, also on Spark Connect)."""
+    format, also on Spark Connect). An ``MLWritable``, which ``Pipeline.write()`` checks."""
 
     def write(self) -> MLWriter:
         return ParamsWriter(self)
