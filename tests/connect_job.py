@@ -40,6 +40,12 @@ def flat(model):
     return [*model.coefficients.toArray(), model.intercept]
 
 
+def metrics(summary):
+    """Fields of a binary summary, for the classic-session comparison."""
+    return [summary.areaUnderROC, summary.accuracy, summary.weightedFMeasure(),
+            summary.precisionByThreshold.count()]
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("gradspark.estimators.base").setLevel(logging.INFO)
@@ -65,6 +71,7 @@ def run(spark) -> dict:
     ref = LogisticRegression(regParam=0.01, **TIGHT).fit(df)
     out["logistic"], out["logistic_mllib"] = flat(ours), flat(ref)
     out["strategy"] = ours.summary.extra["executionStrategy"]
+    out["summary"], out["evaluate"] = metrics(ours.summary), metrics(ours.evaluate(df))
     ours_p = ours.transform(df).select("probability").collect()
     ref_p = ref.transform(df).select("probability").collect()
     out["probability"] = [r[0][1] for r in ours_p]

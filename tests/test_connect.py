@@ -54,6 +54,11 @@ def test_connect_fits_equal_the_classic_session_fits(spark, connect):
     tight = SGDLogisticRegression(regParam=0.01, **TIGHT).fit(df)
     np.testing.assert_allclose(connect["logistic"], [*tight.coefficients, tight.intercept],
                                rtol=1e-7, atol=1e-9)
+    # summaries and evaluate() are DataFrame aggregations there too
+    classic = [tight.summary.areaUnderROC, tight.summary.accuracy,
+               tight.summary.weightedFMeasure(), tight.summary.precisionByThreshold.count()]
+    np.testing.assert_allclose(connect["summary"], classic, rtol=1e-6)
+    np.testing.assert_allclose(connect["evaluate"], classic, rtol=1e-6)
     full = SGDLogisticRegression(executionStrategy="jobPerStep", **FULL).fit(df)
     # Full-batch sums: only the order of additions differs (partitions, tree vs client).
     for strategy in ("jobPerStep", "resident"):

@@ -393,6 +393,23 @@ class HasCheckpointData(Params):
         return self.getOrDefault(self.checkpointData)
 
 
+class HasInitialModel(Params):
+    initialModel: Param = Param(
+        Params._dummy(),
+        "initialModel",
+        "a fitted model of the same estimator to continue from (warm start): fitted in "
+        "this session on the same data and Params, sync mode, the fit takes maxIter more "
+        "steps with its optimizer state; otherwise it starts from its coefficients. Not "
+        "saved with the estimator",
+    )
+
+    def getInitialModel(self):
+        return self.getOrDefault(self.initialModel)
+
+    def setInitialModel(self, value) -> "HasInitialModel":
+        return self._set(initialModel=value)
+
+
 class SGDParams(
     HasFeaturesCol,
     HasLabelCol,

@@ -10,13 +10,18 @@ removed there (Connect has no file-system call to do it).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, Optional
 
+import numpy as np
+from pyspark.ml.linalg import DenseMatrix, Matrix, Vector
 from pyspark.ml.param import Params
 from pyspark.ml.util import DefaultParamsWriter, MLWritable, MLWriter
 from pyspark.sql import DataFrame
 
 from gradspark.connect import is_connect
+
+logger = logging.getLogger(__name__)
 
 
 class DataFrameWriter(MLWriter):
@@ -33,13 +38,40 @@ class DataFrameWriter(MLWriter):
 
     def save_metadata(self, instance: Params, path: str,
                       extra: Optional[Dict[str, Any]] = None) -> None:
-        """``DefaultParamsWriter.saveMetadata``'s JSON, written in this writer's mode."""
-        metadata = DefaultParamsWriter._get_metadata_to_save(instance, self.sparkSession, extra)
+        """``DefaultParamsWriter.saveMetadata``'s JSON, written in this writer's mode (Vector
+        and Matrix values as lists, which their Params' converters read back)."""
+        params = {p.name: json_value(v) for p, v in instance._paramMap.items()
+                  if not isinstance(v, Params)}
+        for p, v in instance._paramMap.items():
+            if isinstance(v, Params):  # initialModel: a model, saved on its own if wanted
+                logger.warning("%s: Param %s (a %s) is not saved", instance.uid, p.name,
+                               type(v).__name__)
+        metadata = DefaultParamsWriter._get_metadata_to_save(instance, self.sparkSession, extra,
+                                                             params)
         self.sparkSession.createDataFrame([(metadata,)], "value string").coalesce(1) \
             .write.mode(self._mode).text(f"{path}/metadata")
 
     def save_data(self, frame: DataFrame, path: str) -> None:
         frame.write.mode(self._mode).parquet(f"{path}/data")
+
+
+def json_value(value: Any) -> Any:
+    """A Param value as JSON can hold it: a Vector as a list, a Matrix as a list of rows."""
+    if isinstance(value, Vector):
+        return value.toArray().tolist()
+    if isinstance(value, Matrix):
+        return value.toArray().tolist()
+    return value
+
+
+def to_matrix(value: Any) -> Matrix:
+    """Param converter: a Matrix, or a list of rows (how :func:`json_value` saves one)."""
+    if isinstance(value, Matrix):
+        return value
+    rows = np.asarray(value, dtype=np.float64)
+    if rows.ndim != 2:
+        raise TypeError(f"could not convert {value!r} to a Matrix (a list of rows)")
+    return DenseMatrix(rows.shape[0], rows.shape[1], rows.ravel(order="F").tolist())
 
 
 class ParamsWriter(DataFrameWriter):

@@ -2,9 +2,9 @@
 
 from gradspark.checkpoints.format import CorruptCheckpointError, TrainingState
 from gradspark.checkpoints.store import ArrowCheckpointStore, CheckpointStore, checkpoint_store
-from gradspark.checkpoints.session import TrainingCheckpoints, data_fingerprint
+from gradspark.checkpoints.session import TrainingCheckpoints, data_fingerprint, training_meta
 
 __all__ = [
     "ArrowCheckpointStore", "CheckpointStore", "CorruptCheckpointError", "TrainingCheckpoints", "TrainingState",
-    "checkpoint_store", "data_fingerprint",
+    "checkpoint_store", "data_fingerprint", "training_meta",
 ]

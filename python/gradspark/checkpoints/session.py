@@ -54,23 +54,26 @@ def params_signature(params: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in sorted(params.items()) if k not in free}
 
 
+def training_meta(estimator: str, fingerprint: str, params: Dict[str, Any]) -> Dict[str, Any]:
+    """What a saved state must match to be continued: estimator, data and Params."""
+    return {"estimator": estimator, "fingerprint": fingerprint,
+            "params": params_signature(params)}
+
+
 class TrainingCheckpoints:
     """Writes a checkpoint every ``interval`` steps and finds the one to resume."""
 
     def __init__(
-        self, store: CheckpointFiles, interval: int, fingerprint: str,
-        params: Dict[str, Any], estimator: str, resume: bool = True,
+        self, store: CheckpointFiles, interval: int, meta: Dict[str, Any],
+        resume: bool = True,
     ) -> None:
+        """``meta``: :func:`training_meta` of the fit, which a checkpoint must match."""
         if interval < 1:
             raise ValueError(f"checkpointInterval must be >= 1 with a checkpointDir, got {interval}")
         self.store = store
         self.interval = interval
         self.resume = resume
-        self.meta = {
-            "estimator": estimator,
-            "fingerprint": fingerprint,
-            "params": params_signature(params),
-        }
+        self.meta = meta
 
     def resume_state(self) -> Optional[TrainingState]:
         if not self.resume:

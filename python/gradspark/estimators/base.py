@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 from pyspark.ml import Estimator, Model
@@ -28,9 +28,17 @@ from pyspark.ml.util import (
     MLWritable,
     MLWriter,
 )
+from pyspark.ml.linalg import Vector
 from pyspark.sql import DataFrame
+from pyspark.sql.types import DataType
 
-from gradspark.checkpoints import TrainingCheckpoints, checkpoint_store, data_fingerprint
+from gradspark.checkpoints import (
+    TrainingCheckpoints,
+    TrainingState,
+    checkpoint_store,
+    data_fingerprint,
+    training_meta,
+)
 from gradspark.comm.compression import Compression
 from gradspark.comm.traffic import per_step
 from gradspark.data.blocks import SPARSE_DENSITY
@@ -46,9 +54,9 @@ from gradspark.engine.resident import ResidentGradientEngine
 from gradspark.faults import fault_plan
 from gradspark.ps.tasks import resident_stage_running, task_slots
 from gradspark.losses import Loss
-from gradspark.params import SGDParams, validate_sgd_params
-from gradspark.persistence import DataFrameWriter, ParamsWritable
-from gradspark.report import LossCurve
+from gradspark.params import HasInitialModel, SGDParams, validate_sgd_params
+from gradspark.persistence import DataFrameWriter, ParamsWritable, json_value
+from gradspark.summaries import PredictionSummary, TrainingSummary
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
 from gradspark.trainer.sharded import train_sharded
 from gradspark.trainer.divergence import check_final_objective
@@ -67,20 +75,6 @@ class LinearProblem:
     label_shift: float = 0.0
     label_scale: float = 1.0
     initial_intercepts: Optional[np.ndarray] = None
-
-
-@dataclass
-class TrainingSummary(LossCurve):
-    """Training history, as MLlib's ``summary.objectiveHistory``/``totalIterations``;
-    ``saveLossPlot(path)`` draws it (matplotlib)."""
-
-    objectiveHistory: List[float]
-    totalIterations: int
-    converged: bool
-    optimizer: str
-    numInstances: int
-    weightSum: float
-    extra: Dict[str, Any] = field(default_factory=dict)
 
 
 def regularization_vectors(
@@ -107,7 +101,8 @@ def regularization_vectors(
     return l2, l1
 
 
-class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, ParamsWritable):
+class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, DefaultParamsReadable,
+                          ParamsWritable):
     """Base class; see the concrete estimators for the user-facing docs."""
 
     def _set_given(self, kwargs: Dict[str, Any]):
@@ -137,20 +132,52 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, ParamsWri
             raise ValueError("checkpointData=True needs a checkpointDir (on reliable storage)")
         return self.getCheckpointDir().rstrip("/") + "/rdd"
 
-    def _checkpoints(
-        self, dataset: DataFrame, stats: DataStatistics, weight_col: Optional[str]
-    ) -> Optional[TrainingCheckpoints]:
+    def _fit_identity(self, dataset: DataFrame, stats: DataStatistics,
+                      weight_col: Optional[str]) -> Dict[str, Any]:
+        """What a checkpoint or a warm-start state must match: estimator, data, Params."""
+        columns = [self.getFeaturesCol(), self.getLabelCol()] + ([weight_col] if weight_col else [])
+        params = {p.name: json_value(v) for p, v in self.extractParamMap().items()
+                  if p.name != "initialModel"}
+        return training_meta(type(self).__name__,
+                             data_fingerprint(dataset.select(*columns).schema.json(), stats),
+                             params)
+
+    def _checkpoints(self, dataset: DataFrame,
+                     identity: Dict[str, Any]) -> Optional[TrainingCheckpoints]:
         if not self.getCheckpointDir():
             return None
-        columns = [self.getFeaturesCol(), self.getLabelCol()] + ([weight_col] if weight_col else [])
         store = checkpoint_store(dataset.sparkSession, self.getCheckpointDir(),
                                  self.getKeepCheckpoints())
-        params = {p.name: v for p, v in self.extractParamMap().items()}
-        return TrainingCheckpoints(
-            store, self.getCheckpointInterval(),
-            data_fingerprint(dataset.select(*columns).schema.json(), stats),
-            params, type(self).__name__, self.getResume(),
-        )
+        return TrainingCheckpoints(store, self.getCheckpointInterval(), identity,
+                                   self.getResume())
+
+    def _warm_start(self, objective: LinearObjective, active, input_features: int,
+                    identity: Dict[str, Any], exact: bool):
+        """``(theta0, start state or None)`` from ``initialModel``: its final training state
+        when it was fitted in this session on the same data and Params (``exact``: a mode
+        whose trainer continues a state), else its coefficients."""
+        model = self.getInitialModel()
+        shape = (input_features, objective.num_outputs)
+        if not isinstance(model, _LinearModel) or model._coefficient_matrix.shape != shape:
+            found = getattr(model, "_coefficient_matrix", None)
+            raise ValueError(
+                f"initialModel must be a model of this estimator with {shape[0]} features and "
+                f"{shape[1]} output(s); got {type(model).__name__}"
+                + (f" of shape {found.shape}" if found is not None else ""))
+        state = model._training_state
+        if exact and state is not None and state.meta == identity:
+            logger.info("%s: continuing initialModel's fit from its step %d",
+                        type(self).__name__, state.step)
+            return state.theta, state
+        why = ("loaded, or fitted elsewhere" if state is None
+               else "another mode" if not exact else "other data or Params")
+        logger.info("%s: warm start from initialModel's coefficients (%s: no optimizer "
+                    "state to continue)", type(self).__name__, why)
+        coefficients = model._coefficient_matrix
+        if active is not None:
+            coefficients = coefficients[active]
+        theta = objective.from_original_space(coefficients, model._intercepts, model._aux)
+        return objective.project(theta), None
 
     def _trainer_config(self) -> SyncConfig:
         common = dict(
@@ -217,6 +244,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, ParamsWri
             num_features = data.num_features
             choice = self._choose_engine(context_of(dataset), data, jvm_data)
             engine = self._gradient_engine(data, choice, problem)
+            box = self._coefficient_box(problem.num_outputs, input_features)
             objective = LinearObjective(
                 engine=engine,
                 loss=problem.loss,
@@ -232,13 +260,28 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, ParamsWri
                 mini_batch_fraction=self.getMiniBatchFraction(),
                 seed=self.getSeed(),
                 space=self._parameter_space(stats),
+                center=box is None,
             )
             objective.l2, objective.l1 = regularization_vectors(
                 objective, problem.reg_param, self.getElasticNetParam(),
                 self.getStandardization())
+            if box is not None:
+                self._check_box_supported(objective)
+                (lower, upper), intercepts = box
+                if active is not None:
+                    lower, upper = lower[active], upper[active]
+                objective.constrain((lower, upper), intercepts)
             config = self._trainer_config()
-            checkpoints = self._checkpoints(dataset, stats, weight_col)
-            theta0 = objective.initial(problem.initial_intercepts)
+            identity = self._fit_identity(dataset, stats, weight_col)
+            checkpoints = self._checkpoints(dataset, identity)
+            theta0 = objective.project(objective.initial(problem.initial_intercepts))
+            continues = (not isinstance(config, AsyncConfig) and config.local_steps == 1)
+            start = None
+            if self.isSet(self.initialModel):
+                theta0, start = self._warm_start(objective, active, input_features,
+                                                 identity, continues)
+                if start is not None:  # maxIter more steps
+                    config.max_iter = start.step + config.max_iter
             if choice.strategy == "resident" and self._compression().lossy:
                 engine.objective = dataclasses.replace(objective, engine=None)
             if self.getParameterServers():
@@ -253,7 +296,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, ParamsWri
                     result = train_local_sgd(objective, theta0, config, engine, checkpoints)
             else:
                 with engine if choice.strategy == "resident" else contextlib.nullcontext():
-                    result = train_sync(objective, theta0, config, checkpoints)
+                    result = train_sync(objective, theta0, config, checkpoints, start)
             engine_metrics = getattr(engine, "metrics", {})
             outcome = {}
             if config.optimizer != "lbfgs":  # L-BFGS's history is exact and never goes up
@@ -266,7 +309,8 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, ParamsWri
         metrics.update(per_step(metrics, result.iterations))
 
         model = self._make_model(coefficients, intercepts, aux, problem)
-        model._summary = TrainingSummary(
+        self._copyValues(model)
+        history = TrainingSummary(
             objectiveHistory=list(result.objective_history),
             totalIterations=result.iterations,
             converged=result.converged,
@@ -279,8 +323,27 @@ class _SGDLinearEstimator(Estimator, SGDParams, DefaultParamsReadable, ParamsWri
                    "trainedFeatures": num_features, "parameterSpace": objective.space,
                    "resumedFromStep": result.resumed_from, **metrics},
         )
-        self._copyValues(model)
+        model._summary = model._summary_on(dataset, history)
+        if continues:
+            model._training_state = TrainingState(
+                step=result.iterations, theta=result.theta,
+                optimizer_state=result.optimizer_state,
+                history=np.asarray(result.objective_history), converged=result.converged,
+                meta=identity)
         return model
+
+    def _coefficient_box(self, num_outputs: int, num_features: int):
+        """Box constraints in the input's units, ``((lower, upper) d x k coefficients,
+        (lower, upper) k intercepts)``, or None (the default: unconstrained)."""
+        return None
+
+    def _check_box_supported(self, objective: LinearObjective) -> None:
+        if (objective.l1 > 0).any():
+            raise ValueError("bounds on coefficients need L2 regularization only "
+                             "(elasticNetParam=0 or regParam=0), as in MLlib")
+        if self.getParameterServers():
+            raise ValueError("bounds on coefficients are not supported with "
+                             "parameterServers > 0")
 
     def _parameter_space(self, stats: DataStatistics) -> str:
         """``parameterSpace``, with ``auto`` resolved (see the Param's doc and
@@ -382,7 +445,9 @@ class _LinearModel(Model, SGDParams, MLReadable, MLWritable):
         )
         self._intercepts = np.zeros(1) if intercepts is None else np.asarray(intercepts)
         self._aux = np.zeros(0) if aux is None else np.asarray(aux)
-        self._summary: Optional[TrainingSummary] = None
+        self._summary: Optional[PredictionSummary] = None
+        # The state a fit in this session ended in, for initialModel (not saved).
+        self._training_state: Optional[TrainingState] = None
 
     @property
     def numFeatures(self) -> int:
@@ -393,7 +458,9 @@ class _LinearModel(Model, SGDParams, MLReadable, MLWritable):
         return self._summary is not None
 
     @property
-    def summary(self) -> TrainingSummary:
+    def summary(self) -> PredictionSummary:
+        """The training history and MLlib's metrics on the training data (see
+        :mod:`gradspark.summaries`); metrics are computed on first access."""
         if self._summary is None:
             raise RuntimeError(
                 "no training summary: this model was loaded or copied, not fitted in this session"
@@ -403,7 +470,68 @@ class _LinearModel(Model, SGDParams, MLReadable, MLWritable):
     def copy(self, extra=None) -> "_LinearModel":
         that = super().copy(extra)
         that._summary = self._summary
+        that._training_state = self._training_state
         return that
+
+    # -- predictions -------------------------------------------------------
+    def _output_fns(self) -> Dict[str, Tuple[DataType, Callable[[np.ndarray], Any]]]:
+        """``{role: (Spark type, fn(margins))}`` for each output column, keyed by the
+        Param's name without ``Col`` (``prediction``, ``rawPrediction``, ...). The
+        functions must not refer to ``self``: they are shipped to the executors."""
+        raise NotImplementedError
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        self._require_features(dataset)
+        outputs = [(self.getOrDefault(f"{role}Col"), dtype, fn)
+                   for role, (dtype, fn) in self._output_fns().items()]
+        return append_outputs(dataset, self.getFeaturesCol(), self._margins_fn(), outputs)
+
+    def _predict_one(self, role: str, features: Vector):
+        if features.size != self.numFeatures:
+            raise ValueError(f"the features vector has size {features.size}; this model "
+                             f"was fitted on {self.numFeatures} features")
+        return self._output_fns()[role][1](self._margins_fn()(features))
+
+    def predict(self, value: Vector) -> float:
+        """The prediction for one feature vector, as ``transform`` computes it."""
+        return self._predict_one("prediction", value)
+
+    # -- summaries -----------------------------------------------------------
+    def _summary_on(self, dataset: DataFrame,
+                    history: Optional[TrainingSummary] = None) -> PredictionSummary:
+        """MLlib's summary of this model's predictions on ``dataset``; a training summary
+        when given the fit's ``history``. Output columns left empty get a name here, as
+        MLlib does for its summaries."""
+        missing = [c for c in (self.getFeaturesCol(), self.getLabelCol())
+                   if c not in dataset.columns]
+        if missing:
+            raise ValueError(f"column(s) {missing} not found; the DataFrame has columns "
+                             f"{sorted(dataset.columns)}")
+        model = self.copy()
+        for role in self._output_fns():
+            if not model.getOrDefault(f"{role}Col"):
+                model._set(**{f"{role}Col": f"{role}_{self.uid}"})
+        predictions = model.transform(dataset)
+        weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else ""
+        columns = dict(predictions=predictions, labelCol=model.getLabelCol(),
+                       predictionCol=model.getPredictionCol(),
+                       featuresCol=model.getFeaturesCol(),
+                       weightCol=weight_col if weight_col in dataset.columns else None)
+        kind, trained = model._summary_kinds()
+        columns.update(model._summary_columns())
+        return trained(history, **columns) if history is not None else kind(**columns)
+
+    def _summary_kinds(self) -> Tuple[type, type]:
+        """(evaluation summary class, training summary class) for this model."""
+        raise NotImplementedError
+
+    def _summary_columns(self) -> Dict[str, Any]:
+        """Constructor arguments the model's summary classes take beyond the columns."""
+        return {}
+
+    def evaluate(self, dataset: DataFrame) -> PredictionSummary:
+        """MLlib's ``model.evaluate(df)``: the metrics of this model on ``dataset``."""
+        return self._summary_on(dataset)
 
     def _margins_fn(self):
         coef, intercepts = self._coefficient_matrix, self._intercepts

@@ -7,13 +7,13 @@ from typing import Optional
 from pyspark import keyword_only
 from pyspark.ml.linalg import DenseVector, Vectors
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.sql import DataFrame
 from pyspark.sql.types import DoubleType
 
 from gradspark.data.blocks import REAL
 from gradspark.data.statistics import DataStatistics
-from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator, append_outputs
+from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator
 from gradspark.losses import HuberLoss, SquaredLoss
+from gradspark.summaries import RegressionSummary, RegressionTrainingSummary
 
 LOSSES = ("squaredError", "huber")
 
@@ -150,7 +150,11 @@ class SGDLinearRegressionModel(_LinearModel, _LinearRegressionParams):
         """Huber's fitted scale sigma; 1.0 for squared error (as in MLlib)."""
         return float(self._aux[0]) if len(self._aux) else 1.0
 
-    def _transform(self, dataset: DataFrame) -> DataFrame:
-        self._require_features(dataset)
-        outputs = [(self.getPredictionCol(), DoubleType(), lambda m: float(m[0]))]
-        return append_outputs(dataset, self.getFeaturesCol(), self._margins_fn(), outputs)
+    def _output_fns(self):
+        return {"prediction": (DoubleType(), lambda m: float(m[0]))}
+
+    def _summary_kinds(self):
+        return RegressionSummary, RegressionTrainingSummary
+
+    def _summary_columns(self):
+        return {"numCoefficients": self.numFeatures, "fitIntercept": self.getFitIntercept()}

@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 from pyspark import keyword_only
-from pyspark.ml.linalg import DenseMatrix, DenseVector, Vectors, VectorUDT
+from pyspark.ml.linalg import DenseMatrix, DenseVector, Matrix, Vector, Vectors, VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.param.shared import HasProbabilityCol, HasRawPredictionCol, HasThreshold
-from pyspark.sql import DataFrame
+from pyspark.ml.param.shared import (
+    HasProbabilityCol,
+    HasRawPredictionCol,
+    HasThreshold,
+    HasThresholds,
+)
 from pyspark.sql.types import DoubleType
 from scipy.special import expit, softmax
 
 from gradspark.data.blocks import BINARY, CLASS_INDEX
 from gradspark.data.statistics import DataStatistics
 from gradspark.data.validation import InvalidDataError
-from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator, append_outputs
+from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator
 from gradspark.losses import BinaryLogisticLoss, MultinomialLogisticLoss
+from gradspark.persistence import to_matrix
+from gradspark.summaries import (
+    BinaryClassificationSummary,
+    BinaryClassificationTrainingSummary,
+    ClassificationSummary,
+    ClassificationTrainingSummary,
+)
 
 FAMILIES = ("auto", "binomial", "multinomial")
 
 
-class _LogisticRegressionParams(HasRawPredictionCol, HasProbabilityCol, HasThreshold):
+class _LogisticRegressionParams(HasRawPredictionCol, HasProbabilityCol, HasThreshold,
+                                HasThresholds):
     family: Param[str] = Param(
         Params._dummy(),
         "family",
@@ -30,6 +42,24 @@ class _LogisticRegressionParams(HasRawPredictionCol, HasProbabilityCol, HasThres
         "binomial or multinomial",
         typeConverter=TypeConverters.toString,
     )
+
+    lowerBoundsOnCoefficients: Param = Param(
+        Params._dummy(), "lowerBoundsOnCoefficients",
+        "lower bounds on coefficients (a Matrix: 1 x numFeatures for binomial, "
+        "numClasses x numFeatures for multinomial), in the input's units",
+        typeConverter=to_matrix)
+    upperBoundsOnCoefficients: Param = Param(
+        Params._dummy(), "upperBoundsOnCoefficients",
+        "upper bounds on coefficients, shaped as lowerBoundsOnCoefficients",
+        typeConverter=to_matrix)
+    lowerBoundsOnIntercepts: Param = Param(
+        Params._dummy(), "lowerBoundsOnIntercepts",
+        "lower bounds on intercepts (a Vector: 1 for binomial, numClasses for multinomial)",
+        typeConverter=TypeConverters.toVector)
+    upperBoundsOnIntercepts: Param = Param(
+        Params._dummy(), "upperBoundsOnIntercepts",
+        "upper bounds on intercepts, shaped as lowerBoundsOnIntercepts",
+        typeConverter=TypeConverters.toVector)
 
     def __init__(self) -> None:
         super().__init__()
@@ -41,6 +71,23 @@ class _LogisticRegressionParams(HasRawPredictionCol, HasProbabilityCol, HasThres
 
     def getFamily(self) -> str:
         return self.getOrDefault(self.family)
+
+    def getLowerBoundsOnCoefficients(self) -> Matrix:
+        return self.getOrDefault(self.lowerBoundsOnCoefficients)
+
+    def getUpperBoundsOnCoefficients(self) -> Matrix:
+        return self.getOrDefault(self.upperBoundsOnCoefficients)
+
+    def getLowerBoundsOnIntercepts(self) -> Vector:
+        return self.getOrDefault(self.lowerBoundsOnIntercepts)
+
+    def getUpperBoundsOnIntercepts(self) -> Vector:
+        return self.getOrDefault(self.upperBoundsOnIntercepts)
+
+    def _bounded(self) -> bool:
+        return any(self.isSet(p) for p in (
+            self.lowerBoundsOnCoefficients, self.upperBoundsOnCoefficients,
+            self.lowerBoundsOnIntercepts, self.upperBoundsOnIntercepts))
 
 
 class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
@@ -63,6 +110,12 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         ``learningRateSchedule`` and ``stepSize``.
     miniBatchFraction : float
         Fraction of rows sampled per step, reproducibly from ``seed`` and the step.
+    thresholds : list of float, optional
+        One per class: predict the class with the largest ``p_k / t_k`` (MLlib's rule).
+    lowerBoundsOnCoefficients, upperBoundsOnCoefficients : Matrix, optional
+        Box constraints, 1 x numFeatures (binomial) or numClasses x numFeatures, in the
+        input's units; ``lowerBoundsOnIntercepts``/``upperBoundsOnIntercepts`` (Vector)
+        bound the intercepts. L2 only, as in MLlib.
     parameterSpace : {"auto", "standardized", "raw"}
         The coordinates the optimizer moves; the objective is the same. ``auto``
         takes ``raw`` for first-order optimizers on sparse data (where
@@ -95,6 +148,11 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         fitIntercept: bool = True,
         standardization: bool = True,
         threshold: float = 0.5,
+        thresholds: Optional[List[float]] = None,
+        lowerBoundsOnCoefficients: Optional[Matrix] = None,
+        upperBoundsOnCoefficients: Optional[Matrix] = None,
+        lowerBoundsOnIntercepts: Optional[Vector] = None,
+        upperBoundsOnIntercepts: Optional[Vector] = None,
         aggregationDepth: int = 2,
         miniBatchFraction: float = 1.0,
         optimizer: str = "lbfgs",
@@ -151,6 +209,8 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
                 f"({present.tolist()}); logistic regression needs at least two"
             )
         multinomial = family == "multinomial" or (family == "auto" and num_classes > 2)
+        if self.isSet(self.thresholds):
+            checked_thresholds(self.getThresholds(), num_classes if multinomial else 2)
         if not multinomial:
             odds = class_weights[1] / class_weights[0]
             return LinearProblem(
@@ -164,13 +224,44 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
             initial_intercepts=priors - priors.mean(),
         )
 
+    def _coefficient_box(self, num_outputs: int, num_features: int):
+        if not self._bounded():
+            return None
+        if not self.getFitIntercept() and (self.isSet(self.lowerBoundsOnIntercepts)
+                                           or self.isSet(self.upperBoundsOnIntercepts)):
+            raise ValueError("bounds on intercepts need fitIntercept=True")
+        k = num_outputs  # MLlib's rows: 1 for a binomial model, numClasses for multinomial
+
+        def bound(param, fill, shape):
+            if not self.isSet(param):
+                return np.full(shape, fill)
+            value = self.getOrDefault(param).toArray()
+            if value.shape != shape:
+                raise ValueError(f"{param.name} has shape {value.shape}; this fit needs "
+                                 f"{shape} ({'classes' if k > 1 else '1 row'} x features "
+                                 f"for a {'multinomial' if k > 1 else 'binomial'} model)")
+            return value
+
+        coefficients = [bound(p, fill, (k, num_features)).T for p, fill in
+                        ((self.lowerBoundsOnCoefficients, -np.inf),
+                         (self.upperBoundsOnCoefficients, np.inf))]
+        intercepts = [bound(p, fill, (k,)) for p, fill in
+                      ((self.lowerBoundsOnIntercepts, -np.inf),
+                       (self.upperBoundsOnIntercepts, np.inf))]
+        for lower, upper in (coefficients, intercepts):
+            if (lower > upper).any() or np.isnan(lower).any() or np.isnan(upper).any():
+                raise ValueError("every lower bound must be <= its upper bound (and no NaN)")
+        return tuple(coefficients), tuple(intercepts)
+
     def _make_model(self, coefficients, intercepts, aux, problem) -> "SGDLogisticRegressionModel":
         if problem.num_outputs > 1:
             # Softmax is invariant to a constant shift across classes. As MLlib does,
-            # report mean-centered intercepts and, unregularized, centered coefficients.
-            if self.getFitIntercept():
+            # report mean-centered intercepts and, unregularized, centered coefficients;
+            # a shift that bounds could forbid is not made.
+            if self.getFitIntercept() and not (self.isSet(self.lowerBoundsOnIntercepts)
+                                               or self.isSet(self.upperBoundsOnIntercepts)):
                 intercepts = intercepts - intercepts.mean()
-            if self.getRegParam() == 0.0:
+            if self.getRegParam() == 0.0 and not self._bounded():
                 coefficients = coefficients - coefficients.mean(axis=1, keepdims=True)
         return SGDLogisticRegressionModel(coefficients, intercepts)
 
@@ -209,22 +300,69 @@ class SGDLogisticRegressionModel(_LinearModel, _LogisticRegressionParams):
     def interceptVector(self) -> DenseVector:
         return Vectors.dense(self._intercepts)
 
-    def _transform(self, dataset: DataFrame) -> DataFrame:
-        self._require_features(dataset)
-        threshold = self.getThreshold()
+    def predictRaw(self, value: Vector) -> DenseVector:
+        """The raw margins for one feature vector, as in ``rawPrediction``."""
+        return self._predict_one("rawPrediction", value)
+
+    def predictProbability(self, value: Vector) -> DenseVector:
+        """The class probabilities for one feature vector, as in ``probability``."""
+        return self._predict_one("probability", value)
+
+    def _output_fns(self):
         if self.isMultinomial:
-            outputs = [
-                (self.getRawPredictionCol(), VectorUDT(), lambda m: DenseVector(m)),
-                (self.getProbabilityCol(), VectorUDT(), lambda m: DenseVector(softmax(m))),
-                (self.getPredictionCol(), DoubleType(), lambda m: float(np.argmax(m))),
-            ]
+            def probability(m):
+                return softmax(m)
+
+            def raw(m):
+                return DenseVector(m)
         else:
-            outputs = [
-                (self.getRawPredictionCol(), VectorUDT(),
-                 lambda m: DenseVector([-m[0], m[0]])),
-                (self.getProbabilityCol(), VectorUDT(),
-                 lambda m: DenseVector([1.0 - expit(m[0]), expit(m[0])])),
-                (self.getPredictionCol(), DoubleType(),
-                 lambda m: 1.0 if expit(m[0]) > threshold else 0.0),
-            ]
-        return append_outputs(dataset, self.getFeaturesCol(), self._margins_fn(), outputs)
+            def probability(m):
+                p = expit(m[0])
+                return np.array([1.0 - p, p])
+
+            def raw(m):
+                return DenseVector([-m[0], m[0]])
+        choose = self._class_choice()
+        return {"rawPrediction": (VectorUDT(), raw),
+                "probability": (VectorUDT(), lambda m: DenseVector(probability(m))),
+                "prediction": (DoubleType(), lambda m: choose(probability(m)))}
+
+    def _class_choice(self):
+        """fn(probabilities) -> predicted class: MLlib's rule. With ``thresholds``, the
+        largest ``p_k / t_k`` (a zero threshold wins outright); else ``threshold`` on
+        P(class 1) for a binomial model, the most probable class for a multinomial one."""
+        if self.isSet(self.thresholds):
+            thresholds = checked_thresholds(self.getThresholds(), self.numClasses)
+
+            def scaled_argmax(p):
+                with np.errstate(divide="ignore"):
+                    return float(np.argmax(np.where(thresholds == 0.0, np.inf,
+                                                    p / thresholds)))
+            return scaled_argmax
+        if self.isMultinomial:
+            return lambda p: float(np.argmax(p))
+        threshold = self.getThreshold()
+        return lambda p: 1.0 if p[1] > threshold else 0.0
+
+    def _summary_kinds(self):
+        if self.numClasses == 2:
+            return BinaryClassificationSummary, BinaryClassificationTrainingSummary
+        return ClassificationSummary, ClassificationTrainingSummary
+
+    def _summary_columns(self):
+        columns = {"probabilityCol": self.getProbabilityCol()}
+        if self.numClasses == 2:
+            columns["scoreCol"] = self.getProbabilityCol()
+        return columns
+
+
+def checked_thresholds(thresholds, num_classes: int) -> np.ndarray:
+    """``thresholds`` as an array, or a ValueError saying what is wrong with them."""
+    t = np.asarray(thresholds, dtype=np.float64)
+    if len(t) != num_classes:
+        raise ValueError(f"thresholds has {len(t)} entries; the model has {num_classes} "
+                         "classes and needs one per class")
+    if (t < 0).any() or not np.isfinite(t).all() or (t == 0).sum() > 1:
+        raise ValueError(f"thresholds must be finite, >= 0, with at most one 0; got "
+                         f"{t.tolist()}")
+    return t

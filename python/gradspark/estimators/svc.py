@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Optional
 
 from pyspark import keyword_only
-from pyspark.ml.linalg import DenseVector, Vectors, VectorUDT
+from pyspark.ml.linalg import DenseVector, Vector, Vectors, VectorUDT
 from pyspark.ml.param.shared import HasRawPredictionCol, HasThreshold
-from pyspark.sql import DataFrame
 from pyspark.sql.types import DoubleType
 
 from gradspark.data.blocks import BINARY
 from gradspark.data.statistics import DataStatistics
-from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator, append_outputs
+from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator
 from gradspark.losses import HingeLoss
+from gradspark.summaries import BinaryClassificationSummary, BinaryClassificationTrainingSummary
 
 
 class _LinearSVCParams(HasRawPredictionCol, HasThreshold):
@@ -114,12 +114,17 @@ class SGDLinearSVCModel(_LinearModel, _LinearSVCParams):
     def intercept(self) -> float:
         return float(self._intercepts[0])
 
-    def _transform(self, dataset: DataFrame) -> DataFrame:
-        self._require_features(dataset)
+    def predictRaw(self, value: Vector) -> DenseVector:
+        """``[-margin, margin]`` for one feature vector, as in ``rawPrediction``."""
+        return self._predict_one("rawPrediction", value)
+
+    def _output_fns(self):
         threshold = self.getThreshold()
-        outputs = [
-            (self.getRawPredictionCol(), VectorUDT(), lambda m: DenseVector([-m[0], m[0]])),
-            (self.getPredictionCol(), DoubleType(),
-             lambda m: 1.0 if m[0] > threshold else 0.0),
-        ]
-        return append_outputs(dataset, self.getFeaturesCol(), self._margins_fn(), outputs)
+        return {"rawPrediction": (VectorUDT(), lambda m: DenseVector([-m[0], m[0]])),
+                "prediction": (DoubleType(), lambda m: 1.0 if m[0] > threshold else 0.0)}
+
+    def _summary_kinds(self):
+        return BinaryClassificationSummary, BinaryClassificationTrainingSummary
+
+    def _summary_columns(self):
+        return {"scoreCol": self.getRawPredictionCol()}

@@ -9,7 +9,7 @@ an L1 weight are split.
 
 from __future__ import annotations
 
-from typing import Callable, List, NamedTuple, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 from scipy.optimize import minimize
@@ -34,7 +34,12 @@ def minimize_lbfgs(
     tol: float,
     on_iteration: Callable[[int, float, np.ndarray], None] = lambda i, f, theta: None,
     memory: int = 10,
+    upper: Optional[np.ndarray] = None,
 ) -> LBFGSResult:
+    """Minimize ``smooth(theta) + l1 @ |theta|`` within ``lower <= theta <= upper``.
+
+    L1 weights and finite bounds on the same coordinate are not supported (the split
+    coordinates carry their own bounds); callers refuse that combination."""
     n = len(theta0)
     split = np.flatnonzero(l1 > 0)
     weights = l1[split]
@@ -67,14 +72,19 @@ def minimize_lbfgs(
     z0[n:] = np.maximum(-theta0[split], 0.0)
     lower_z = np.concatenate([lower, np.zeros(len(split))])
     lower_z[split] = 0.0
+    upper_z = np.full(len(z0), np.inf)
+    if upper is not None:
+        upper_z[:n] = upper
     # scipy turns bounds into per-coordinate Python tuples and back (about 4 s per
     # million coordinates): give it none when none is finite, the common L2-only case.
-    bounded = np.flatnonzero(np.isfinite(lower_z))
+    bounded = np.flatnonzero(np.isfinite(lower_z) | np.isfinite(upper_z))
     bounds = None
     if len(bounded):
+        z0 = np.clip(z0, lower_z, upper_z)
         bounds = [(None, None)] * len(z0)
-        for j, lo in zip(bounded.tolist(), lower_z[bounded].tolist()):
-            bounds[j] = (lo, None)
+        for j, lo, hi in zip(bounded.tolist(), lower_z[bounded].tolist(),
+                             upper_z[bounded].tolist()):
+            bounds[j] = (lo if np.isfinite(lo) else None, hi if np.isfinite(hi) else None)
 
     history: List[float] = []
 
@@ -84,9 +94,9 @@ def minimize_lbfgs(
 
     first, _ = fun(z0)
     history.append(first)
-    on_iteration(0, first, theta0)
+    on_iteration(0, first, unpack(z0))
     if max_iter == 0:
-        return LBFGSResult(theta0, history, 0, False, "maxIter=0")
+        return LBFGSResult(unpack(z0), history, 0, False, "maxIter=0")
     result = minimize(
         fun, z0, jac=True, method="L-BFGS-B", bounds=bounds, callback=callback,
         options={"maxiter": max_iter, "maxfun": max(4 * max_iter, 50), "ftol": tol,

@@ -23,7 +23,7 @@ fitted, then the loss's auxiliary parameters (Huber's scale).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -50,6 +50,10 @@ class LinearObjective:
     mini_batch_fraction: float = 1.0
     seed: int = 0
     space: str = "standardized"  # or "raw" (see the module docstring)
+    # Box constraints make centering unusable: the intercept would then move with every
+    # coefficient, and an intercept bound would no longer be a bound on one coordinate.
+    center: bool = True
+    bounds: Optional[Tuple[np.ndarray, np.ndarray]] = None  # (lower, upper) per parameter
 
     def __post_init__(self) -> None:
         std = self.features_std
@@ -59,7 +63,7 @@ class LinearObjective:
         # inv_std: d raw coefficient / d theta; zero for features that never vary
         scale = std if standardized else np.ones_like(std)
         self.inv_std = np.divide(1.0, scale, out=np.zeros_like(std), where=std > 0)
-        self.centered = self.fit_intercept and standardized
+        self.centered = self.fit_intercept and standardized and self.center
         self.scaled_mean = self.features_mean * self.inv_std if self.centered \
             else np.zeros_like(std)
         self.evaluations = 0
@@ -91,11 +95,36 @@ class LinearObjective:
         lower = np.full(self.size, -np.inf)
         if self.loss.num_aux:
             lower[-self.loss.num_aux:] = _MIN_AUX
-        return lower
+        return lower if self.bounds is None else np.maximum(lower, self.bounds[0])
+
+    def upper_bounds(self) -> np.ndarray:
+        return np.full(self.size, np.inf) if self.bounds is None else self.bounds[1]
 
     def project(self, theta: np.ndarray) -> np.ndarray:
         """Keep parameters inside their domain (first-order optimizers)."""
-        return np.maximum(theta, self.lower_bounds())
+        if self.bounds is None:
+            return np.maximum(theta, self.lower_bounds())
+        return np.clip(theta, self.lower_bounds(), self.upper_bounds())
+
+    def constrain(self, coefficients: Tuple[np.ndarray, np.ndarray],
+                  intercepts: Tuple[np.ndarray, np.ndarray]) -> None:
+        """Set box constraints given in the input's units: (lower, upper) coefficients
+        (d x k each) and intercepts (k each). A coefficient is
+        ``label_scale * inv_std * theta`` (positive factors), so each bound is a bound on
+        one coordinate of theta; a feature that never varies keeps a zero coefficient and
+        no bound."""
+        if self.centered:
+            raise ValueError("box constraints need an uncentered objective (center=False)")
+        d, k = self.num_features, self.num_outputs
+        factor = (self.label_scale * self.inv_std)[:, None]
+        lower, upper = np.full(self.size, -np.inf), np.full(self.size, np.inf)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lower[: d * k] = np.where(factor > 0, coefficients[0] / factor, -np.inf).ravel()
+            upper[: d * k] = np.where(factor > 0, coefficients[1] / factor, np.inf).ravel()
+        if self.fit_intercept:
+            lower[d * k: d * k + k] = (intercepts[0] - self.label_shift) / self.label_scale
+            upper[d * k: d * k + k] = (intercepts[1] - self.label_shift) / self.label_scale
+        self.bounds = (lower, upper)
 
     # -- the raw-space linear map ----------------------------------------
     def linear_map(self, theta: np.ndarray):
@@ -111,6 +140,23 @@ class LinearObjective:
         intercepts = (self.label_scale * offset + self.label_shift) if self.fit_intercept \
             else np.zeros(self.num_outputs)
         return coefficients, intercepts, aux
+
+    def from_original_space(self, coefficients: np.ndarray, intercepts: np.ndarray,
+                            aux: np.ndarray) -> np.ndarray:
+        """The theta whose :meth:`original_space` is the given model (a warm start);
+        features that never vary get a zero coefficient, as in every fit."""
+        d, k = self.num_features, self.num_outputs
+        factor = (self.label_scale * self.inv_std)[:, None]
+        beta = np.divide(coefficients, factor, out=np.zeros((d, k)), where=factor > 0)
+        theta = self.initial()
+        theta[: d * k] = beta.ravel()
+        if self.fit_intercept:
+            offset = (np.asarray(intercepts) - self.label_shift) / self.label_scale
+            theta[d * k: d * k + k] = offset + self.scaled_mean @ beta if self.centered \
+                else offset
+        if self.loss.num_aux and len(aux):
+            theta[-self.loss.num_aux:] = aux
+        return theta
 
     # -- value and gradient ---------------------------------------------
     def data_term(self, theta: np.ndarray, step: Optional[int] = None):

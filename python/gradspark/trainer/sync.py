@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from gradspark.checkpoints import TrainingCheckpoints
+from gradspark.checkpoints import TrainingCheckpoints, TrainingState
 from gradspark.optim import learning_rate, make_first_order, minimize_lbfgs
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.progress import Progress
@@ -45,6 +45,7 @@ class TrainingResult:
     converged: bool = False
     resumed_from: Optional[int] = None  # checkpoint step the fit continued from
     metrics: Dict[str, Any] = field(default_factory=dict)  # mode-specific (async: staleness, ...)
+    optimizer_state: Dict[str, np.ndarray] = field(default_factory=dict)  # first-order, at the end
 
 
 def train_sync(
@@ -52,8 +53,11 @@ def train_sync(
     theta0: np.ndarray,
     config: SyncConfig,
     checkpoints: Optional[TrainingCheckpoints] = None,
+    start: Optional[TrainingState] = None,
 ) -> TrainingResult:
-    resumed = checkpoints.resume_state() if checkpoints else None
+    """Train from ``theta0``; or continue from a checkpoint in ``checkpoints`` or, without
+    one, from ``start`` (a warm start: the state a previous fit ended in)."""
+    resumed = (checkpoints.resume_state() if checkpoints else None) or start
     progress = Progress(config.max_iter, config.label)
     try:
         if config.optimizer == "lbfgs":
@@ -189,6 +193,7 @@ def _lbfgs(objective, theta0, config, progress, checkpoints, resumed) -> Trainin
     result = minimize_lbfgs(
         log, theta0, objective.l1, objective.lower_bounds(),
         config.max_iter - offset, config.tol, on_iteration=on_iteration,
+        upper=objective.upper_bounds(),
     )
     if not result.converged:
         logger.info("L-BFGS stopped: %s", result.message)
@@ -226,4 +231,5 @@ def _first_order(objective, theta, config, progress, checkpoints, resumed) -> Tr
             checkpoints.save(done, theta, state, history, converged)
         if converged:
             break
-    return TrainingResult(theta, history, done, converged, None if resumed is None else start)
+    return TrainingResult(theta, history, done, converged, None if resumed is None else start,
+                          optimizer_state=dict(state))
