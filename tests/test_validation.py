@@ -1,119 +1,79 @@
-"""Bad input fails fast with an error that names the column and the problem."""
-
-import math
+"""validationIndicatorCol: early stopping on held-out rows, best step kept."""
 
 import numpy as np
 import pytest
 from pyspark.ml.linalg import Vectors
-from pyspark.sql.types import DoubleType, StructField, StructType
+from pyspark.sql import functions as F
 
-from gradspark import InvalidDataError, SGDLinearRegression, SGDLinearSVC, SGDLogisticRegression
-from pyspark.ml.linalg import VectorUDT
-
-from conftest import gradspark_cached_rdds
-
-SCHEMA = StructType([
-    StructField("features", VectorUDT(), True),
-    StructField("label", DoubleType(), True),
-    StructField("weight", DoubleType(), True),
-])
+from gradspark import InvalidDataError, SGDLinearRegression, SGDLogisticRegression
 
 
-def good_rows(n=20):
-    g = np.random.default_rng(0)
-    return [(Vectors.dense(g.normal(size=3)), float(i % 2), 1.0) for i in range(n)]
+@pytest.fixture(scope="module")
+def overfitting(spark):
+    """Few rows, many noise features: the training loss keeps falling, the held-out
+    loss turns up. 40% of the rows are held out (column `held`)."""
+    g = np.random.default_rng(4)
+    n, d = 150, 60
+    X = g.normal(size=(n, d))
+    y = X[:, 0] * 2.0 + g.normal(scale=1.0, size=n)
+    held = g.random(n) < 0.4
+    df = spark.createDataFrame(
+        [(Vectors.dense(x), float(t), bool(h)) for x, t, h in zip(X, y, held)],
+        ["features", "label", "held"]).repartition(2).cache()
+    return df, X, y, held
 
 
-def frame(spark, rows):
-    return spark.createDataFrame(rows, SCHEMA).repartition(2)
+def _numpy_loss(model, X, y, scale):
+    """Half the mean square, in the units of objectiveHistory: MLlib's squared error
+    divides the label (and so the residual) by the training label's std."""
+    residual = (y - (X @ model.coefficients.toArray() + model.intercept)) / scale
+    return 0.5 * np.mean(residual**2)
 
 
-def with_row(rows, position, row):
-    rows = list(rows)
-    rows[position] = row
-    return rows
+@pytest.mark.parametrize("optimizer", ["sgd", "lbfgs"])
+def test_early_stopping_keeps_the_best_step_by_mllibs_rule(overfitting, optimizer):
+    df, X, y, held = overfitting
+    params = dict(optimizer=optimizer, maxIter=200, tol=0.0, regParam=0.0,
+                  standardization=False)
+    if optimizer == "sgd":
+        params["stepSize"] = 0.05
+    model = SGDLinearRegression(validationIndicatorCol="held", validationTol=0.001,
+                                **params).fit(df)
+    s = model.summary
+    history = s.validationHistory
+    # stopped early, by the rule, at the first step that did not improve enough
+    assert s.totalIterations < 200
+    best = np.minimum.accumulate(history)
+    stalls = [i for i in range(1, len(history))
+              if best[i - 1] - history[i] < 0.001 * max(history[i], 0.01)]
+    assert stalls and stalls[0] == len(history) - 1
+    assert s.bestIteration == int(np.argmin(history))
+    # the model is the best step's, and its held-out loss is numpy's
+    scale = np.std(y[~held], ddof=1)
+    assert _numpy_loss(model, X[held], y[held], scale) == pytest.approx(min(history), rel=1e-9)
+    # the training path is the plain fit's on the training rows: stopping there gives
+    # the same model
+    plain = SGDLinearRegression(**dict(params, maxIter=s.bestIteration)).fit(
+        df.filter(~F.col("held")))
+    np.testing.assert_allclose(model.coefficients.toArray(), plain.coefficients.toArray(),
+                               rtol=1e-9, atol=1e-12)
+    assert s.numInstances == int((~held).sum())
 
 
-V = Vectors.dense
-
-
-@pytest.mark.parametrize("bad_row,estimator,match", [
-    ((V([1.0, math.nan, 0.0]), 1.0, 1.0), SGDLogisticRegression(),
-     r"features column 'features' contains NaN or infinite"),
-    ((Vectors.sparse(3, [2], [math.inf]), 1.0, 1.0), SGDLogisticRegression(),
-     r"features column 'features' contains NaN or infinite"),
-    ((None, 1.0, 1.0), SGDLogisticRegression(), r"features column 'features' is null"),
-    ((V([1.0, 2.0]), 1.0, 1.0), SGDLogisticRegression(), r"vector of size 2 .* size 3"),
-    ((V([1.0, 2.0, 3.0]), math.nan, 1.0), SGDLinearRegression(), r"label column 'label' is nan"),
-    ((V([1.0, 2.0, 3.0]), None, 1.0), SGDLinearRegression(), r"column 'label' is null"),
-    ((V([1.0, 2.0, 3.0]), 2.0, 1.0), SGDLinearSVC(), r"label column 'label' must be 0 or 1"),
-    ((V([1.0, 2.0, 3.0]), 2.0, 1.0), SGDLogisticRegression(family="binomial"),
-     r"must be 0 or 1"),
-    ((V([1.0, 2.0, 3.0]), 1.5, 1.0), SGDLogisticRegression(), r"class index .* got 1.5"),
-    ((V([1.0, 2.0, 3.0]), -1.0, 1.0), SGDLogisticRegression(), r"class index .* got -1.0"),
-    ((V([1.0, 2.0, 3.0]), 1.0, -2.0), SGDLogisticRegression(weightCol="weight"),
-     r"weight column 'weight' must be finite and >= 0, got -2.0"),
-    ((V([1.0, 2.0, 3.0]), 1.0, math.nan), SGDLinearRegression(weightCol="weight"),
-     r"weight column 'weight' must be finite"),
-    ((V([1.0, 2.0, 3.0]), 1.0, None), SGDLinearRegression(weightCol="weight"),
-     r"column 'weight' is null"),
-], ids=lambda x: str(x)[:40])
-def test_bad_values_are_reported_with_column_and_row(spark, bad_row, estimator, match):
-    df = frame(spark, with_row(good_rows(), 13, bad_row))
-    with pytest.raises(InvalidDataError, match=match) as info:
-        estimator.fit(df)
-    assert "partition" in str(info.value) and "row" in str(info.value)
-    assert gradspark_cached_rdds(spark) == []  # the failed fit released its blocks
-
-
-def test_schema_problems_fail_before_any_job(spark):
-    df = frame(spark, good_rows())
-    with pytest.raises(InvalidDataError, match=r"label column 'y' not found"):
-        SGDLogisticRegression(labelCol="y").fit(df)
-    with pytest.raises(InvalidDataError, match=r"weight column 'w' not found"):
-        SGDLogisticRegression(weightCol="w").fit(df)
-    with pytest.raises(InvalidDataError, match=r"must be a pyspark.ml.linalg Vector"):
-        SGDLogisticRegression(featuresCol="label").fit(df)
-    strings = df.selectExpr("features", "cast(label as string) as label")
-    with pytest.raises(InvalidDataError, match=r"label column 'label' must be numeric"):
-        SGDLogisticRegression().fit(strings)
-
-
-def test_empty_and_degenerate_data(spark):
-    with pytest.raises(InvalidDataError, match="empty"):
-        SGDLogisticRegression().fit(spark.createDataFrame([], SCHEMA))
-    one_class = [(r[0], 1.0, 1.0) for r in good_rows()]
-    with pytest.raises(InvalidDataError, match="single class"):
-        SGDLogisticRegression().fit(frame(spark, one_class))
-    zero_weights = [(r[0], r[1], 0.0) for r in good_rows()]
-    with pytest.raises(InvalidDataError, match="sum to zero"):
-        SGDLinearRegression(weightCol="weight").fit(frame(spark, zero_weights))
-    nothing = [(None, 1.0, 1.0)] * 4
-    with pytest.raises(InvalidDataError, match="null in every row"):
-        SGDLinearRegression().fit(frame(spark, nothing))
-
-
-def test_bad_params_fail_fast(spark):
-    df = frame(spark, good_rows())
-    with pytest.raises(ValueError, match="lbfgs.* full-batch"):
-        SGDLogisticRegression(miniBatchFraction=0.5).fit(df)
-    with pytest.raises(ValueError, match="miniBatchFraction must be in"):
-        SGDLogisticRegression(optimizer="sgd", miniBatchFraction=0.0).fit(df)
-    with pytest.raises(ValueError, match="elasticNetParam"):
-        SGDLogisticRegression(elasticNetParam=2.0).fit(df)
-    with pytest.raises(ValueError, match="loss must be one of"):
-        SGDLinearRegression(loss="absolute").fit(df)
-
-
-def test_divergence_is_an_error_not_a_model(spark):
-    df = frame(spark, [(V([x * 100.0, 1.0, 2.0]), x * 3.0, 1.0) for x in range(20)])
-    with pytest.raises(FloatingPointError, match="diverged.*stepSize"):
-        SGDLinearRegression(optimizer="sgd", stepSize=1e6, maxIter=200, standardization=False,
-                            fitIntercept=False).fit(df)
-
-
-def test_transform_needs_the_features_column(spark):
-    df = frame(spark, good_rows())
-    model = SGDLogisticRegression().fit(df)
-    with pytest.raises(ValueError, match="features column 'features' not found"):
-        model.transform(df.drop("features"))
+def test_validation_errors_name_the_column(overfitting, classification_data):
+    df = overfitting[0]
+    with pytest.raises(ValueError, match="'nope' not found"):
+        SGDLinearRegression(validationIndicatorCol="nope").fit(df)
+    with pytest.raises(ValueError, match="'label' must be boolean, not double"):
+        SGDLinearRegression(validationIndicatorCol="label").fit(df)
+    with pytest.raises(ValueError, match="needs sync mode"):
+        SGDLinearRegression(validationIndicatorCol="held", mode="async",
+                            optimizer="sgd").fit(df)
+    with pytest.raises(InvalidDataError, match=r"validation rows \(none true\)"):
+        SGDLinearRegression(validationIndicatorCol="none").fit(
+            df.withColumn("none", F.lit(False)))
+    multi = classification_data[0].withColumn(
+        "held", F.col("multi") == 2.0)  # class 2 only in the validation rows
+    with pytest.raises(InvalidDataError, match="hold class 2, which the training rows"):
+        SGDLogisticRegression(labelCol="multi", family="multinomial",
+                              validationIndicatorCol="held").fit(multi)

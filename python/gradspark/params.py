@@ -410,6 +410,40 @@ class HasInitialModel(Params):
         return self._set(initialModel=value)
 
 
+class HasValidation(Params):
+    validationIndicatorCol: Param[str] = Param(
+        Params._dummy(),
+        "validationIndicatorCol",
+        "boolean column: rows where it is true are held out and their loss is measured "
+        "after every step; training stops when it stops improving (validationTol) and the "
+        "model of the best step is kept. Empty: no validation",
+        typeConverter=TypeConverters.toString,
+    )
+    validationTol: Param[float] = Param(
+        Params._dummy(),
+        "validationTol",
+        "stop when the validation loss improves by less than validationTol * "
+        "max(loss, 0.01) (MLlib's GBT rule)",
+        typeConverter=TypeConverters.toFloat,
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(validationIndicatorCol="", validationTol=0.01)
+
+    def getValidationIndicatorCol(self) -> str:
+        return self.getOrDefault(self.validationIndicatorCol)
+
+    def getValidationTol(self) -> float:
+        return self.getOrDefault(self.validationTol)
+
+    def setValidationIndicatorCol(self, value: str) -> "HasValidation":
+        return self._set(validationIndicatorCol=value)
+
+    def setValidationTol(self, value: float) -> "HasValidation":
+        return self._set(validationTol=value)
+
+
 class SGDParams(
     HasFeaturesCol,
     HasLabelCol,

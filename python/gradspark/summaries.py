@@ -43,6 +43,9 @@ class TrainingSummary(LossCurve):
     numInstances: int
     weightSum: float
     extra: Dict[str, Any] = field(default_factory=dict)
+    # validationIndicatorCol: the held-out loss at the start and after each step
+    validationHistory: List[float] = field(default_factory=list)
+    bestIteration: Optional[int] = None  # the step whose parameters the model holds
 
 
 class PredictionSummary:
@@ -388,6 +391,14 @@ class _Trained(LossCurve):
     @property
     def extra(self) -> Dict[str, Any]:
         return self.history.extra
+
+    @property
+    def validationHistory(self) -> List[float]:
+        return self.history.validationHistory
+
+    @property
+    def bestIteration(self) -> Optional[int]:
+        return self.history.bestIteration
 
 
 class RegressionTrainingSummary(_Trained, RegressionSummary):

@@ -30,6 +30,7 @@ from pyspark.ml.util import (
 )
 from pyspark.ml.linalg import Vector
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
 from gradspark.checkpoints import (
@@ -47,6 +48,7 @@ from gradspark.connect import context_of, is_connect
 from gradspark.data.dataset import TrainingData
 from gradspark.data.frames import FrameTrainingData
 from gradspark.data.statistics import DataStatistics
+from gradspark.data.validation import InvalidDataError
 from gradspark.engine import PythonGradientEngine
 from gradspark.engine.choice import EngineChoice, choose, data_path
 from gradspark.engine.frames import FrameGradientEngine
@@ -54,13 +56,14 @@ from gradspark.engine.resident import ResidentGradientEngine
 from gradspark.faults import fault_plan
 from gradspark.ps.tasks import resident_stage_running, task_slots
 from gradspark.losses import Loss
-from gradspark.params import HasInitialModel, SGDParams, validate_sgd_params
+from gradspark.params import HasInitialModel, HasValidation, SGDParams, validate_sgd_params
 from gradspark.persistence import DataFrameWriter, ParamsWritable, json_value
 from gradspark.summaries import PredictionSummary, TrainingSummary
 from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
 from gradspark.trainer.sharded import train_sharded
 from gradspark.trainer.divergence import check_final_objective
 from gradspark.trainer.local_sgd import LocalSGDResponse, train_local_sgd
+from gradspark.trainer.validation import EarlyStopping
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +104,8 @@ def regularization_vectors(
     return l2, l1
 
 
-class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, DefaultParamsReadable,
-                          ParamsWritable):
+class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
+                          DefaultParamsReadable, ParamsWritable):
     """Base class; see the concrete estimators for the user-facing docs."""
 
     def _set_given(self, kwargs: Dict[str, Any]):
@@ -222,25 +225,27 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, DefaultParamsRe
                         "(the JVM kernels need py4j)", type(self).__name__)
         data_class = (FrameTrainingData if connect
                       else jvm_training_data() if jvm_data else TrainingData)
-        data = data_class(
-            dataset,
-            self.getFeaturesCol(),
-            self.getLabelCol(),
-            weight_col,
-            self._label_domain(),
-            self.getBlockSize(),
-            self.getAggregationDepth(),
-            checkpoint_dir=self._data_checkpoint_dir(),
-        )
-        with data:
+
+        def blocks(rows: DataFrame, checkpoint_dir: Optional[str] = None):
+            return data_class(rows, self.getFeaturesCol(), self.getLabelCol(), weight_col,
+                              self._label_domain(), self.getBlockSize(),
+                              self.getAggregationDepth(), checkpoint_dir=checkpoint_dir)
+
+        training_rows, validation_rows = self._split_validation(dataset)
+        data = blocks(training_rows, self._data_checkpoint_dir())
+        with data, self._validation_data(blocks, validation_rows) as validation:
             input_features = data.num_features
             active = active_features(data.statistics)
             if active is not None:
                 data.compact(active)
+                if validation is not None:
+                    validation.compact(active)
                 logger.info("%s: training on the %d of %d features that vary",
                             type(self).__name__, len(active), input_features)
             stats = data.statistics
             problem = self._problem(stats)
+            if validation is not None:
+                self._check_validation_labels(validation, problem)
             num_features = data.num_features
             choice = self._choose_engine(context_of(dataset), data, jvm_data)
             engine = self._gradient_engine(data, choice, problem)
@@ -295,8 +300,16 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, DefaultParamsRe
                 with engine:
                     result = train_local_sgd(objective, theta0, config, engine, checkpoints)
             else:
+                early_stopping = None
+                if validation is not None:
+                    held_out = dataclasses.replace(
+                        objective, mini_batch_fraction=1.0,
+                        engine=self._job_engine(validation, jvm_data, problem))
+                    early_stopping = EarlyStopping(lambda theta: held_out.data_term(theta)[0],
+                                                   self.getValidationTol())
                 with engine if choice.strategy == "resident" else contextlib.nullcontext():
-                    result = train_sync(objective, theta0, config, checkpoints, start)
+                    result = train_sync(objective, theta0, config, checkpoints, start,
+                                        early_stopping)
             engine_metrics = getattr(engine, "metrics", {})
             outcome = {}
             if config.optimizer != "lbfgs":  # L-BFGS's history is exact and never goes up
@@ -317,13 +330,15 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, DefaultParamsRe
             optimizer=config.optimizer,
             numInstances=stats.count,
             weightSum=stats.weight_sum,
+            validationHistory=list(result.metrics.get("validationHistory", [])),
+            bestIteration=result.metrics.get("bestIteration"),
             extra={"mode": self.getMode(), "engine": choice.kernels,
                    "executionStrategy": choice.strategy, "jvmData": jvm_data,
                    "gradientEvaluations": objective.evaluations,
                    "trainedFeatures": num_features, "parameterSpace": objective.space,
                    "resumedFromStep": result.resumed_from, **metrics},
         )
-        model._summary = model._summary_on(dataset, history)
+        model._summary = model._summary_on(training_rows, history)
         if continues:
             model._training_state = TrainingState(
                 step=result.iterations, theta=result.theta,
@@ -366,7 +381,10 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, DefaultParamsRe
                                 f"{self.getParameterServers()}: shards in the workers' tasks")
         workers = min(data.num_partitions, task_slots(sc))
         bytes_per_worker = data.stored_bytes() / workers
-        choice = choose(self.getEngine(), self.getExecutionStrategy(), self._workers_mode(),
+        strategy = self.getExecutionStrategy()
+        if self.getValidationIndicatorCol() and strategy == "auto":
+            strategy = "jobPerStep"  # validation passes need the task slots between steps
+        choice = choose(self.getEngine(), strategy, self._workers_mode(),
                         jvm_data, bytes_per_worker, resident_stage_running(sc),
                         self.getOptimizer(), self.needsResidentWorkers())
         if self.getCompression() == "topk" and self.getOptimizer() in ("adam", "adagrad", "ftrl"):
@@ -406,12 +424,56 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, DefaultParamsRe
         fit's own when it runs a job per step, else a job-per-step one over the same blocks."""
         if choice.strategy == "jobPerStep":
             return engine
+        return self._job_engine(data, jvm_data, problem)
+
+    def _job_engine(self, data, jvm_data: bool, problem: LinearProblem):
+        """A job-per-step engine over ``data``'s blocks, for its data path."""
         depth = self.getAggregationDepth()
         if jvm_data:
             from gradspark.engine.jvm import JvmGradientEngine
 
             return JvmGradientEngine(data, problem.loss, depth)
         return python_job_engine(data, problem.loss, depth)
+
+    # -- validation (early stopping) -------------------------------------------
+    def _split_validation(self, dataset: DataFrame):
+        """(training rows, validation rows or None) by ``validationIndicatorCol``."""
+        column = self.getValidationIndicatorCol()
+        if not column:
+            return dataset, None
+        if self.getMode() == "async" or self.getParameterServers() or self.getLocalSteps() > 1:
+            raise ValueError("validationIndicatorCol needs sync mode with localSteps=1 "
+                             "(the validation loss is measured between steps)")
+        if self.getExecutionStrategy() == "resident":
+            raise ValueError("validationIndicatorCol runs a job per step (validation passes "
+                             "cannot run while resident workers hold the task slots); "
+                             "use executionStrategy='auto' or 'jobPerStep'")
+        kinds = dict(dataset.dtypes)
+        if column not in kinds:
+            raise ValueError(f"validationIndicatorCol {column!r} not found; the DataFrame has "
+                             f"columns {sorted(kinds)}")
+        if kinds[column] != "boolean":
+            raise ValueError(f"validationIndicatorCol {column!r} must be boolean, "
+                             f"not {kinds[column]}")
+        held_out = F.coalesce(F.col(column), F.lit(False))  # null: a training row
+        return dataset.filter(~held_out), dataset.filter(held_out)
+
+    def _validation_data(self, blocks, rows: Optional[DataFrame]):
+        if rows is None:
+            return contextlib.nullcontext()
+        try:
+            return blocks(rows)
+        except InvalidDataError as error:
+            raise InvalidDataError(f"validation rows ({self.getValidationIndicatorCol()} "
+                                   f"true): {error.message}") from None
+
+    def _check_validation_labels(self, validation, problem: LinearProblem) -> None:
+        classes = len(validation.statistics.class_weights)
+        if problem.num_outputs > 1 and classes > problem.num_outputs:
+            raise InvalidDataError(
+                f"validation rows ({self.getValidationIndicatorCol()} true) hold class "
+                f"{classes - 1}, which the training rows never show ({problem.num_outputs} "
+                "classes)")
 
 
 def python_job_engine(data, loss: Loss, depth: int, compression: Compression = Compression()):

@@ -103,6 +103,9 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         keepCheckpoints: int = 3,
         resume: bool = True,
         checkpointData: bool = False,
+        validationIndicatorCol: str = "",
+        validationTol: float = 0.01,
+        initialModel: Optional[_LinearModel] = None,
         seed: Optional[int] = None,
     ) -> None:
         super().__init__()

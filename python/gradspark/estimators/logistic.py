@@ -183,6 +183,9 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         keepCheckpoints: int = 3,
         resume: bool = True,
         checkpointData: bool = False,
+        validationIndicatorCol: str = "",
+        validationTol: float = 0.01,
+        initialModel: Optional[_LinearModel] = None,
         seed: Optional[int] = None,
     ) -> None:
         super().__init__()

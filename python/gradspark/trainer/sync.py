@@ -20,6 +20,7 @@ from gradspark.checkpoints import TrainingCheckpoints, TrainingState
 from gradspark.optim import learning_rate, make_first_order, minimize_lbfgs
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.progress import Progress
+from gradspark.trainer.validation import EarlyStopping
 
 logger = logging.getLogger(__name__)
 
@@ -54,21 +55,29 @@ def train_sync(
     config: SyncConfig,
     checkpoints: Optional[TrainingCheckpoints] = None,
     start: Optional[TrainingState] = None,
+    early_stopping: Optional[EarlyStopping] = None,
 ) -> TrainingResult:
     """Train from ``theta0``; or continue from a checkpoint in ``checkpoints`` or, without
-    one, from ``start`` (a warm start: the state a previous fit ended in)."""
+    one, from ``start`` (a warm start: the state a previous fit ended in). With
+    ``early_stopping``, the validation loss is measured at the start and after every
+    step, and the best step's parameters are returned."""
     resumed = (checkpoints.resume_state() if checkpoints else None) or start
     progress = Progress(config.max_iter, config.label)
     try:
         if config.optimizer == "lbfgs":
-            out = _lbfgs(objective, theta0, config, progress, checkpoints, resumed)
+            out = _lbfgs(objective, theta0, config, progress, checkpoints, resumed,
+                         early_stopping)
         else:
             # Divergence is checked (and reported) below; numpy's overflow warnings are noise.
             with np.errstate(over="ignore", invalid="ignore"):
-                out = _first_order(objective, theta0, config, progress, checkpoints, resumed)
+                out = _first_order(objective, theta0, config, progress, checkpoints, resumed,
+                                   early_stopping)
     finally:
         progress.close()
     check_finite(out, config)
+    if early_stopping is not None and early_stopping.best_theta is not None:
+        out.theta = early_stopping.best_theta
+        out.metrics.update(early_stopping.metrics())
     return out
 
 
@@ -161,7 +170,8 @@ class EvaluationLog:
         }
 
 
-def _lbfgs(objective, theta0, config, progress, checkpoints, resumed) -> TrainingResult:
+def _lbfgs(objective, theta0, config, progress, checkpoints, resumed,
+           early_stopping=None) -> TrainingResult:
     """L-BFGS-B; a resumed fit replays its recorded evaluations (see :class:`EvaluationLog`).
 
     A checkpoint without them (a model too wide to record) restarts from the
@@ -189,6 +199,8 @@ def _lbfgs(objective, theta0, config, progress, checkpoints, resumed) -> Trainin
         progress.update(step, value)
         if checkpoints and i > 0 and checkpoints.due(step):
             checkpoints.save(step, theta, log.state(), prefix + seen)
+        if early_stopping is not None and early_stopping(step, theta):
+            raise StopIteration  # scipy ends the minimization at this iterate
 
     result = minimize_lbfgs(
         log, theta0, objective.l1, objective.lower_bounds(),
@@ -205,7 +217,8 @@ def _lbfgs(objective, theta0, config, progress, checkpoints, resumed) -> Trainin
                           None if resumed is None else done)
 
 
-def _first_order(objective, theta, config, progress, checkpoints, resumed) -> TrainingResult:
+def _first_order(objective, theta, config, progress, checkpoints, resumed,
+                 early_stopping=None) -> TrainingResult:
     optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
     state = optimizer.init(theta)
     history: List[float] = []
@@ -215,6 +228,8 @@ def _first_order(objective, theta, config, progress, checkpoints, resumed) -> Tr
         state = resumed.optimizer_state or state
         history = list(resumed.history)
     done = start
+    if early_stopping is not None:
+        early_stopping(start, theta)
     for step in range(start, start if converged else config.max_iter):
         done = step + 1
         value, grad = objective.smooth(theta, step)
@@ -229,7 +244,7 @@ def _first_order(objective, theta, config, progress, checkpoints, resumed) -> Tr
         theta = new_theta
         if checkpoints and (converged or checkpoints.due(done) or done == config.max_iter):
             checkpoints.save(done, theta, state, history, converged)
-        if converged:
+        if converged or (early_stopping is not None and early_stopping(done, theta)):
             break
     return TrainingResult(theta, history, done, converged, None if resumed is None else start,
                           optimizer_state=dict(state))
