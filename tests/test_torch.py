@@ -205,3 +205,37 @@ def test_bad_input_is_named(spark):
     with pytest.raises(InvalidDataError, match="expected a vector"):
         TorchEstimator(lambda: torch.nn.Linear(2, 1), torch.nn.MSELoss(),
                        featuresCol="y", labelCol="y").fit(df)
+
+
+def test_validation_split_stops_at_the_best_epoch(spark):
+    """validationIndicatorCol: held-out rows are measured before training and after every
+    epoch; the fit stops by MLlib's rule and keeps the best epoch, which is the
+    single-process full-batch run on the training rows stopped there."""
+    X, y = regression_arrays(301)
+    held = np.random.default_rng(1).random(301) < 0.3
+    df = spark.createDataFrame([(Vectors.dense(x), float(t), bool(h))
+                                for x, t, h in zip(X, y, held)], ["features", "label", "held"])
+    model = TorchEstimator(small_regressor, torch.nn.MSELoss(), sgd(0.2), numWorkers=2,
+                           batchSize=1000, epochs=300, seed=5, validationIndicatorCol="held",
+                           validationTol=0.005).fit(df)
+    s = model.summary
+    history = s.validationHistory
+    assert len(history) - 1 == len(s.lossHistory) < 300
+    best = np.minimum.accumulate(history)
+    stalls = [i for i in range(1, len(history))
+              if best[i - 1] - history[i] < 0.005 * max(history[i], 0.01)]
+    assert stalls and stalls[0] == len(history) - 1
+    assert s.bestEpoch == int(np.argmin(history)) > 0
+    assert s.numInstances == int((~held).sum())
+    reference = full_batch_reference(small_regressor, X[~held], y[~held], lr=0.2,
+                                     epochs=s.bestEpoch, seed=5)
+    ours = state_arrays(model.module())
+    for name, value in reference.items():  # float32 sums in another order, ~100 epochs
+        np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+    with torch.no_grad():
+        output = model.module()(torch.from_numpy(X[held]))[:, 0].numpy()
+    assert np.mean((output - y[held]) ** 2) == pytest.approx(min(history), rel=1e-5)
+    with pytest.raises(InvalidDataError, match="true on no row"):
+        TorchEstimator(small_regressor, torch.nn.MSELoss(), numWorkers=2, epochs=1,
+                       validationIndicatorCol="none").fit(
+            df.withColumn("none", df.held & ~df.held))

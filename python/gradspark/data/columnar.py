@@ -25,6 +25,7 @@ from gradspark.data.validation import InvalidDataError
 
 FEATURES = "__gradspark_features"
 LABEL = "__gradspark_label"
+HELD_OUT = "__gradspark_held_out"
 
 
 def features_as_array(dataset: DataFrame, features_col: str) -> Column:
@@ -41,7 +42,10 @@ def features_as_array(dataset: DataFrame, features_col: str) -> Column:
                            f"expected a vector or an array of numbers")
 
 
-def training_columns(dataset: DataFrame, features_col: str, label_col: str) -> DataFrame:
+def training_columns(dataset: DataFrame, features_col: str, label_col: str,
+                     validation_col: str = "") -> DataFrame:
+    """Features as a float array, the label as a double and, with ``validation_col``,
+    whether each row is held out (a null counts as a training row)."""
     if label_col not in dataset.columns:
         raise ValueError(f"label column {label_col!r} not found; the DataFrame has columns "
                          f"{sorted(dataset.columns)}")
@@ -49,8 +53,15 @@ def training_columns(dataset: DataFrame, features_col: str, label_col: str) -> D
         raise InvalidDataError(f"label column {label_col!r} has type "
                                f"{dataset.schema[label_col].dataType.simpleString()}; "
                                f"expected a number")
-    return dataset.select(features_as_array(dataset, features_col).alias(FEATURES),
-                          F.col(label_col).cast("double").alias(LABEL))
+    columns = [features_as_array(dataset, features_col).alias(FEATURES),
+               F.col(label_col).cast("double").alias(LABEL)]
+    if validation_col:
+        kinds = dict(dataset.dtypes)
+        if kinds.get(validation_col) != "boolean":
+            raise ValueError(f"validationIndicatorCol {validation_col!r} must be a boolean "
+                             f"column; found {kinds.get(validation_col, 'no such column')}")
+        columns.append(F.coalesce(F.col(validation_col), F.lit(False)).alias(HELD_OUT))
+    return dataset.select(*columns)
 
 
 def features_matrix(column: pa.Array, name: str, num_features: Optional[int] = None) -> np.ndarray:
@@ -84,10 +95,12 @@ def require_finite(values: np.ndarray, name: str) -> None:
 
 
 def partition_arrays(batches: Iterable[pa.RecordBatch], features_col: str,
-                     label_col: str) -> Tuple[np.ndarray, np.ndarray]:
-    """One partition of :func:`training_columns` as (features float32, labels float64)."""
+                     label_col: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One partition of :func:`training_columns` as (features float32, labels float64,
+    held-out mask)."""
     features: List[np.ndarray] = []
     labels: List[np.ndarray] = []
+    held: List[np.ndarray] = []
     width: Optional[int] = None
     for batch in batches:
         matrix = features_matrix(batch.column(FEATURES), features_col, width)
@@ -97,8 +110,12 @@ def partition_arrays(batches: Iterable[pa.RecordBatch], features_col: str,
             raise InvalidDataError(f"label column {label_col!r} has {label.null_count} null rows")
         features.append(matrix)
         labels.append(label.to_numpy(zero_copy_only=False).astype(np.float64))
+        if HELD_OUT in batch.schema.names:
+            held.append(batch.column(HELD_OUT).to_numpy(zero_copy_only=False).astype(bool))
+        else:
+            held.append(np.zeros(batch.num_rows, dtype=bool))
     X = np.concatenate(features) if features else np.zeros((0, 0), dtype=np.float32)
     y = np.concatenate(labels) if labels else np.zeros(0)
     require_finite(X, features_col)
     require_finite(y, label_col)
-    return X, y
+    return X, y, (np.concatenate(held) if held else np.zeros(0, dtype=bool))

@@ -46,7 +46,7 @@ from gradspark.connect import context_of, ship
 from gradspark.data.columnar import features_as_array, features_matrix, training_columns
 from gradspark.data.validation import InvalidDataError
 from gradspark.faults import fault_plan
-from gradspark.params import HasCheckpoints, _one_of
+from gradspark.params import HasCheckpoints, HasValidation, _one_of
 from gradspark.persistence import DataFrameWriter
 from gradspark.report import LossCurve
 from gradspark.trainer.barrier import require_task_slots
@@ -63,7 +63,7 @@ LABEL_DTYPES = ("float32", "int64")
 
 
 class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol,
-                  HasSeed, HasCheckpoints):
+                  HasSeed, HasCheckpoints, HasValidation):
     numWorkers: Param[int] = Param(
         Params._dummy(), "numWorkers",
         "number of barrier tasks (DDP ranks); the data is repartitioned to this many",
@@ -135,6 +135,9 @@ class TorchTrainingSummary(LossCurve):
     epochSeconds: List[float] = field(default_factory=list)
     wallTime: float = 0.0
     rankPids: List[int] = field(default_factory=list)  # one Python worker per rank
+    # validationIndicatorCol: held-out loss before training and after each epoch
+    validationHistory: List[float] = field(default_factory=list)
+    bestEpoch: Optional[int] = None  # the epoch whose parameters the model holds
 
     @property
     def objectiveHistory(self) -> List[float]:
@@ -183,7 +186,9 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         ``labelDtype``, ``featuresCol``, ``labelCol``, ``predictionCol``,
         ``rawPredictionCol``, ``seed``, ``checkpointDir`` (local or mounted
         path, ``hdfs://``, ``s3://``, ``gs://``; reachable from the executors),
-        ``checkpointInterval`` (epochs), ``keepCheckpoints``, ``resume``.
+        ``checkpointInterval`` (epochs), ``keepCheckpoints``, ``resume``,
+        ``validationIndicatorCol`` (boolean column of held-out rows: early stopping by
+        MLlib's GBT rule with ``validationTol``, the best epoch's parameters kept).
 
     Features are a vector or numeric-array column, read as float32. With
     ``numWorkers`` ranks and the same ``seed`` and ``batchSize``, training
@@ -215,8 +220,12 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
     def _fingerprint(self) -> Dict[str, Any]:
         # numWorkers is left out on purpose: a run may resume on a cluster of
         # another size (same maths, other float summation order).
-        return {"estimator": "TorchEstimator", "batchSize": self.getBatchSize(),
-                "seed": self.getSeed(), "labelDtype": self.getLabelDtype()}
+        fingerprint = {"estimator": "TorchEstimator", "batchSize": self.getBatchSize(),
+                       "seed": self.getSeed(), "labelDtype": self.getLabelDtype()}
+        if self.getValidationIndicatorCol():  # (absent otherwise: older checkpoints resume)
+            fingerprint["validation"] = [self.getValidationIndicatorCol(),
+                                         self.getValidationTol()]
+        return fingerprint
 
     def _prepare_checkpoints(self) -> Optional[str]:
         """The checkpoint directory, checked (or cleared) before the stage starts."""
@@ -250,6 +259,8 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             epochs=self.getEpochs(), seed=self.getSeed(), use_gpu=self.getUseGpu(),
             checkpoint_dir=checkpoint_dir, checkpoint_interval=self.getCheckpointInterval(),
             keep_checkpoints=self.getKeepCheckpoints(), fingerprint=self._fingerprint(),
+            validation_tol=(self.getValidationTol() if self.getValidationIndicatorCol()
+                            else None),
             fail_rank=plan.fail_partition if plan else None,
             fail_epoch=plan.fail_step if plan and plan.fail_partition is not None else None,
         )
@@ -258,7 +269,8 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         self._validate()
         require_task_slots(context_of(dataset), self.getNumWorkers(), self.getUseGpu())
         spec = self._spec(self._prepare_checkpoints())
-        columns = training_columns(dataset, self.getFeaturesCol(), self.getLabelCol())
+        columns = training_columns(dataset, self.getFeaturesCol(), self.getLabelCol(),
+                                   self.getValidationIndicatorCol())
         started = time.perf_counter()
         stage = (columns.repartition(self.getNumWorkers())
                  .mapInArrow(partition_trainer(spec), RESULT_SCHEMA, barrier=True)
@@ -284,7 +296,9 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             lossHistory=list(first.history), epochs=self.getEpochs(),
             stepsPerEpoch=info["steps"], numWorkers=len(rows), numInstances=info["rows"],
             resumedFromEpoch=info["start"], epochSeconds=info["timings"], wallTime=wall,
-            rankPids=[json.loads(r.info)["pid"] for r in sorted(rows, key=lambda r: r.rank)])
+            rankPids=[json.loads(r.info)["pid"] for r in sorted(rows, key=lambda r: r.rank)],
+            validationHistory=info["validation"],
+            bestEpoch=info["best_epoch"] if info["validation"] else None)
         logger.info("TorchEstimator: %d ranks, %d epochs (from %d), final loss %s, %.1f s",
                     len(rows), self.getEpochs(), info["start"],
                     first.history[-1] if first.history else None, wall)

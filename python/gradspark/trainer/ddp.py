@@ -65,6 +65,9 @@ class TorchTrainSpec:
     checkpoint_interval: int = 1
     keep_checkpoints: int = 2
     fingerprint: Dict[str, Any] = field(default_factory=dict)
+    # validationIndicatorCol: held-out rows' loss after every epoch, MLlib's GBT stopping
+    # rule with this tolerance (None: no validation)
+    validation_tol: Optional[float] = None
     # Test-only fault plan: rank ``fail_rank`` raises on reaching ``fail_epoch``
     # in an attempt that started from scratch (so a resumed retry passes).
     fail_rank: Optional[int] = None
@@ -164,9 +167,30 @@ def rehearse(spec: TorchTrainSpec, X: np.ndarray, y: np.ndarray, width: int) -> 
         return str(error)
 
 
+def validation_loss(spec: TorchTrainSpec, module, features, labels, device) -> float:
+    """Mean loss of every rank's held-out rows (all ranks get the same number)."""
+    import torch
+    import torch.distributed as dist
+
+    totals = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, rows
+    module.eval()
+    with torch.no_grad():
+        for first in range(0, len(features), spec.batch_size):
+            chunk = slice(first, first + spec.batch_size)
+            rows = len(features[chunk])
+            loss = _batch_loss(spec, module, features[chunk], labels[chunk])
+            totals[0] += loss.to(torch.float64) * rows
+            totals[1] += rows
+    dist.all_reduce(totals)
+    return float(totals[0] / totals[1])
+
+
 def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
-               y: np.ndarray) -> Dict[str, Any]:
-    """Train on this rank's partition; returns rank 0's state and the loss history."""
+               y: np.ndarray, X_held: Optional[np.ndarray] = None,
+               y_held: Optional[np.ndarray] = None) -> Dict[str, Any]:
+    """Train on this rank's partition; returns rank 0's state and the loss history. With
+    held-out rows (``spec.validation_tol``), stops early and returns the best epoch's
+    parameters."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -194,6 +218,11 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
     state = holder[0]
     history: List[float] = []
     start = 0
+    validating = spec.validation_tol is not None
+    validation = {"history": [], "best_loss": math.inf, "best_epoch": 0, "best_state": None}
+    if validating:
+        held_features = torch.as_tensor(X_held, device=device)
+        held_labels = _label_tensor(torch, y_held, spec, device)
     if state is not None:
         if state["fingerprint"] != fingerprint:
             raise TorchTrainingError(
@@ -203,11 +232,26 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
         module.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         history, start = list(state["history"]), int(state["epoch"])
+        validation = state.get("validation", validation)
         if rank == 0:
             logger.info("TorchEstimator resumed from epoch %d of %d", start, spec.epochs)
 
+    def validate(epochs_done: int) -> bool:
+        """Record the held-out loss; True: stop (MLlib's GBT rule, see
+        gradspark.trainer.validation)."""
+        loss = validation_loss(spec, module, held_features, held_labels, device)
+        validation["history"].append(loss)
+        stop = validation["best_loss"] - loss < spec.validation_tol * max(loss, 0.01)
+        if loss < validation["best_loss"]:
+            validation.update(best_loss=loss, best_epoch=epochs_done, best_state={
+                k: v.detach().cpu().clone() for k, v in module.state_dict().items()})
+        return stop
+
+    stopped = False
+    if validating and not validation["history"]:
+        stopped = validate(start)
     timings: List[float] = []
-    for epoch in range(start, spec.epochs):
+    for epoch in range(start, start if stopped else spec.epochs):
         if spec.fail_epoch == epoch and spec.fail_rank == rank and start == 0:
             raise TorchTrainingError(f"injected failure: rank {rank}, epoch {epoch}")
         started = time.perf_counter()
@@ -234,14 +278,21 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
         if rank == 0:
             logger.info("TorchEstimator epoch %d/%d loss %.6g", epoch + 1, spec.epochs,
                         epoch_loss)
+        stopped = validating and validate(epoch + 1)
+        if rank == 0:
             done = epoch + 1
             if store is not None and (done % spec.checkpoint_interval == 0
-                                      or done == spec.epochs):
+                                      or done == spec.epochs or stopped):
                 store.save(done, {"epoch": done, "model": module.state_dict(),
                                   "optimizer": optimizer.state_dict(), "history": history,
-                                  "fingerprint": fingerprint})
+                                  "fingerprint": fingerprint, "validation": validation})
+        if stopped:
+            break
+    if validating and validation["best_state"] is not None:
+        module.load_state_dict(validation["best_state"])
     return {"module": module, "history": history, "start": start, "timings": timings,
-            "rows": total, "steps": steps, "width": width}
+            "rows": total, "steps": steps, "width": width,
+            "validation": validation["history"], "best_epoch": validation["best_epoch"]}
 
 
 def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -264,16 +315,20 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
         # stage with one clear error on every rank, instead of a failure that
         # Spark would retry while the other ranks wait in a collective.
         try:
-            X, y = partition_arrays(batches, spec.features_col, spec.label_col)
+            X, y, held = partition_arrays(batches, spec.features_col, spec.label_col)
             check_partition(X, y, spec)
-            report = {"rows": len(X), "width": int(X.shape[1])}
+            X_held, y_held, X, y = X[held], y[held], X[~held], y[~held]
+            report = {"rows": len(X), "width": int(X.shape[1]), "held_out": len(X_held)}
         except InvalidDataError as error:
-            X = y = None
+            X = y = X_held = y_held = None
             report = {"error": str(error)}
         reports = [json.loads(r) for r in context.allGather(json.dumps(report))]
         rank = context.partitionId()
         try:
             layout = agree_on_layout(reports, spec.features_col)
+            if spec.validation_tol is not None and not sum(r["held_out"] for r in reports):
+                raise InvalidDataError("validationIndicatorCol is true on no row: there is "
+                                       "nothing to validate on")
         except InvalidDataError as error:
             yield _result_batch(rank, None, [], {"error": str(error)})
             return
@@ -282,13 +337,14 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
             yield _result_batch(rank, None, [], {"user_error": next(p for p in problems if p)})
             return
         with process_group(spec.use_gpu) as group:
-            result = train_rank(spec, group, layout, X, y)
+            result = train_rank(spec, group, layout, X, y, X_held, y_held)
         state = None
         if group.rank == 0:
             buffer = io.BytesIO()
             torch.save({k: v.cpu() for k, v in result["module"].state_dict().items()}, buffer)
             state = buffer.getvalue()
-        info = {k: result[k] for k in ("start", "timings", "rows", "steps", "width")}
+        info = {k: result[k] for k in ("start", "timings", "rows", "steps", "width",
+                                       "validation", "best_epoch")}
         info["pid"] = os.getpid()
         yield _result_batch(group.rank, state, result["history"], info)
 
