@@ -116,3 +116,23 @@ def wait_until(condition: Callable[[], object], seconds: float = 10.0) -> bool:
             return False
         time.sleep(0.005)
     return True
+
+
+def transform_stream(spark, model, df, tmp_path, columns, rows: int = 40):
+    """``model.transform`` on a Structured Streaming DataFrame (a Parquet directory of
+    ``rows`` rows of ``df`` read with ``readStream``), written to a memory sink with
+    ``trigger(availableNow=True)``; returns the sink's rows: ``x`` (the features as an
+    array) and ``columns``."""
+    from pyspark.ml.functions import array_to_vector, vector_to_array
+
+    source = str(tmp_path / "stream")
+    df.select(vector_to_array("features").alias("x")).limit(rows).write.parquet(source)
+    stream = (spark.readStream.schema("x array<double>").parquet(source)
+              .select(array_to_vector("x").alias("features")))
+    assert stream.isStreaming
+    name = f"scored_{abs(hash(str(tmp_path)))}"
+    query = (model.transform(stream).select(vector_to_array("features").alias("x"), *columns)
+             .writeStream.format("memory").queryName(name).trigger(availableNow=True)
+             .start())
+    query.awaitTermination(120)
+    return spark.sql(f"select * from {name}").collect()

@@ -12,6 +12,7 @@ from pyspark.ml.classification import LinearSVC, LogisticRegression
 from pyspark.ml.linalg import Vectors
 from pyspark.ml.regression import LinearRegression
 
+from conftest import transform_stream
 from gradspark import SGDLinearRegression, SGDLinearSVC, SGDLogisticRegression
 from gradspark.summaries import (
     BinaryClassificationSummary,
@@ -193,23 +194,10 @@ def test_thresholds_pick_the_largest_scaled_probability(classification_data):
 
 
 def test_transform_runs_on_a_streaming_dataframe(spark, classification_data, tmp_path):
-    """Structured Streaming: a file source read as a stream, transformed, written to a
-    memory sink; predictions equal numpy's on the same rows."""
-    from pyspark.ml.functions import array_to_vector, vector_to_array
-
-    df, X = classification_data[0], classification_data[1]
-    model = SGDLogisticRegression(regParam=0.05).fit(df)
-    source = str(tmp_path / "stream")
-    df.select(vector_to_array("features").alias("x")).limit(40).write.parquet(source)
-    stream = (spark.readStream.schema("x array<double>").parquet(source)
-              .select(array_to_vector("x").alias("features")))
-    assert stream.isStreaming
-    query = (model.transform(stream).select(vector_to_array("features").alias("x"),
-                                            "probability", "prediction")
-             .writeStream.format("memory").queryName("scored").trigger(availableNow=True)
-             .start())
-    query.awaitTermination(120)
-    rows = spark.sql("select * from scored").collect()
+    """Structured Streaming: predictions on a stream equal numpy's on the same rows."""
+    model = SGDLogisticRegression(regParam=0.05).fit(classification_data[0])
+    rows = transform_stream(spark, model, classification_data[0], tmp_path,
+                            ["probability", "prediction"])
     assert len(rows) == 40
     x = np.array([r.x for r in rows])
     p = 1 / (1 + np.exp(-(x @ model.coefficients.toArray() + model.intercept)))

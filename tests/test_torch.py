@@ -10,6 +10,7 @@ from pyspark.ml.linalg import Vectors  # noqa: E402
 
 from gradspark import InvalidDataError, TorchEstimator, TorchModel, TorchTrainingError  # noqa: E402
 from gradspark.trainer.ddp import global_batch_size, step_rows, steps_per_epoch  # noqa: E402
+from conftest import transform_stream  # noqa: E402
 from torch_support import (  # noqa: E402
     digits,
     digits_mlp,
@@ -239,3 +240,16 @@ def test_validation_split_stops_at_the_best_epoch(spark):
         TorchEstimator(small_regressor, torch.nn.MSELoss(), numWorkers=2, epochs=1,
                        validationIndicatorCol="none").fit(
             df.withColumn("none", df.held & ~df.held))
+
+
+def test_torch_model_transforms_a_streaming_dataframe(spark, tmp_path):
+    X, y = regression_arrays(60)
+    df = spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(X, y)],
+                               ["features", "label"])
+    model = TorchEstimator(small_regressor, torch.nn.MSELoss(), sgd(0.2), numWorkers=1,
+                           batchSize=1000, epochs=2, seed=5).fit(df)
+    rows = transform_stream(spark, model, df, tmp_path, ["prediction"])
+    assert len(rows) == 40
+    with torch.no_grad():
+        direct = model.module()(torch.tensor([r.x for r in rows], dtype=torch.float32))
+    np.testing.assert_allclose([r.prediction for r in rows], direct[:, 0].numpy(), rtol=1e-6)
