@@ -291,15 +291,21 @@ class BinaryClassificationSummary(ClassificationSummary):
                        .alias("pos"),
                        F.sum(F.when(F.col("positive"), 0.0).otherwise(F.col("weight")))
                        .alias("neg")))
-        grouping = counts.count() // BINS
-        if grouping >= 2:
-            # Bin k holds the k-th run of `grouping` distinct scores, highest first; its
-            # threshold is its first (highest) score. One task ranks the distinct scores.
-            rank = F.row_number().over(Window.orderBy(F.col("score").desc())) - 1
-            counts = (counts.withColumn("bin", F.floor(rank / grouping)).groupBy("bin")
-                      .agg(F.max("score").alias("score"), F.sum("pos").alias("pos"),
-                           F.sum("neg").alias("neg")))
-        rows = counts.orderBy(F.col("score").desc()).collect()
+        # The per-score table is read twice (its size, then the bins): keep it, so the
+        # predictions (a Python UDF per row) are computed once.
+        table = counts = counts.persist()
+        try:
+            grouping = table.count() // BINS
+            if grouping >= 2:
+                # Bin k holds the k-th run of `grouping` distinct scores, highest first; its
+                # threshold is its first (highest) score. One task ranks the distinct scores.
+                rank = F.row_number().over(Window.orderBy(F.col("score").desc())) - 1
+                counts = (counts.withColumn("bin", F.floor(rank / grouping)).groupBy("bin")
+                          .agg(F.max("score").alias("score"), F.sum("pos").alias("pos"),
+                               F.sum("neg").alias("neg")))
+            rows = counts.orderBy(F.col("score").desc()).collect()
+        finally:
+            table.unpersist()
         if not rows:
             raise ValueError("the predictions DataFrame is empty: no metrics to compute")
         thresholds = np.array([r["score"] for r in rows])
