@@ -203,3 +203,38 @@ def test_transform_runs_on_a_streaming_dataframe(spark, classification_data, tmp
     p = 1 / (1 + np.exp(-(x @ model.coefficients.toArray() + model.intercept)))
     np.testing.assert_allclose([r.probability[1] for r in rows], p, rtol=1e-12)
     np.testing.assert_array_equal([r.prediction for r in rows], (p > 0.5).astype(float))
+
+
+def test_transform_scores_dense_sparse_and_null_rows_alike(spark, classification_data):
+    """The batch scorer reads mixed dense/sparse rows (and nulls) from the Arrow buffers:
+    every output equals numpy's; a null features row gets null outputs; a vector of the
+    wrong size is named."""
+    from pyspark.sql.types import DoubleType, StructField, StructType
+    from pyspark.ml.linalg import VectorUDT
+
+    model = SGDLogisticRegression(regParam=0.05, labelCol="multi").fit(classification_data[0])
+    g = np.random.default_rng(9)
+    X = g.normal(size=(30, 5)) * (g.random((30, 5)) < 0.5)
+    rows = []
+    for i, x in enumerate(X):
+        if i % 3 == 0:
+            rows.append((Vectors.sparse(5, np.flatnonzero(x).tolist(),
+                                        x[np.flatnonzero(x)].tolist()), 1.0))
+        else:
+            rows.append((Vectors.dense(x), 1.0))
+    rows.append((None, 1.0))
+    schema = StructType([StructField("features", VectorUDT()), StructField("other", DoubleType())])
+    df = spark.createDataFrame(rows, schema).coalesce(1)
+    out = model.transform(df).collect()
+    assert [r.other for r in out] == [1.0] * 31  # other columns pass through
+    margins = X @ model.coefficientMatrix.toArray().T + model.interceptVector.toArray()
+    p = np.exp(margins - margins.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose([r.rawPrediction.toArray() for r in out[:30]], margins,
+                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose([r.probability.toArray() for r in out[:30]], p, rtol=1e-12)
+    np.testing.assert_array_equal([r.prediction for r in out[:30]], p.argmax(1))
+    assert out[30].prediction is None and out[30].probability is None
+    wrong = spark.createDataFrame([(Vectors.dense([1.0, 2.0]),)], ["features"])
+    with pytest.raises(Exception, match="holds a vector of size 2; the model was fitted on 5"):
+        model.transform(wrong).collect()

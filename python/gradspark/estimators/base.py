@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 from pyspark.ml import Estimator, Model
@@ -28,10 +28,9 @@ from pyspark.ml.util import (
     MLWritable,
     MLWriter,
 )
-from pyspark.ml.linalg import Vector
+from pyspark.ml.linalg import DenseVector, Vector, VectorUDT
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType
 
 from gradspark.checkpoints import (
     TrainingCheckpoints,
@@ -53,6 +52,7 @@ from gradspark.engine import PythonGradientEngine
 from gradspark.engine.choice import EngineChoice, choose, data_path
 from gradspark.engine.frames import FrameGradientEngine
 from gradspark.engine.resident import ResidentGradientEngine
+from gradspark.estimators.scoring import OutputFns, append_outputs
 from gradspark.faults import fault_plan
 from gradspark.ps.tasks import resident_stage_running, task_slots
 from gradspark.losses import Loss
@@ -536,23 +536,27 @@ class _LinearModel(Model, SGDParams, MLReadable, MLWritable):
         return that
 
     # -- predictions -------------------------------------------------------
-    def _output_fns(self) -> Dict[str, Tuple[DataType, Callable[[np.ndarray], Any]]]:
+    def _output_fns(self) -> OutputFns:
         """``{role: (Spark type, fn(margins))}`` for each output column, keyed by the
-        Param's name without ``Col`` (``prediction``, ``rawPrediction``, ...). The
-        functions must not refer to ``self``: they are shipped to the executors."""
+        Param's name without ``Col`` (``prediction``, ``rawPrediction``, ...). ``fn``
+        maps an ``n x k`` margin matrix to ``n`` values (or ``n`` vectors as rows); it
+        must not refer to ``self``: it is shipped to the executors."""
         raise NotImplementedError
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
         self._require_features(dataset)
         outputs = [(self.getOrDefault(f"{role}Col"), dtype, fn)
                    for role, (dtype, fn) in self._output_fns().items()]
-        return append_outputs(dataset, self.getFeaturesCol(), self._margins_fn(), outputs)
+        return append_outputs(dataset, self.getFeaturesCol(), self._coefficient_matrix,
+                              self._intercepts, outputs)
 
     def _predict_one(self, role: str, features: Vector):
         if features.size != self.numFeatures:
             raise ValueError(f"the features vector has size {features.size}; this model "
                              f"was fitted on {self.numFeatures} features")
-        return self._output_fns()[role][1](self._margins_fn()(features))
+        dtype, fn = self._output_fns()[role]
+        value = fn(self._margins_fn()(features)[None, :])[0]
+        return DenseVector(value) if isinstance(dtype, VectorUDT) else float(value)
 
     def predict(self, value: Vector) -> float:
         """The prediction for one feature vector, as ``transform`` computes it."""
@@ -657,31 +661,3 @@ class _LinearModelReader(MLReader):
         model._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(model, metadata)
         return model
-
-
-def append_outputs(dataset: DataFrame, features_col: str, margins_fn, outputs) -> DataFrame:
-    """Append prediction columns computed from each row's margins in one UDF pass.
-
-    ``outputs`` is a list of ``(column name, Spark type, fn(margins) -> value)``;
-    entries with an empty column name are skipped, as MLlib does.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructField, StructType
-
-    outputs = [o for o in outputs if o[0]]
-    if not outputs:
-        return dataset
-    schema = StructType([StructField(f"_{i}", t, True) for i, (_, t, _) in enumerate(outputs)])
-    fns = [fn for _, _, fn in outputs]
-
-    def predict(v):
-        if v is None:
-            return None
-        m = margins_fn(v)
-        return tuple(fn(m) for fn in fns)
-
-    packed = "__gradspark_outputs"
-    out = dataset.withColumn(packed, F.udf(predict, schema)(F.col(features_col)))
-    for i, (name, _, _) in enumerate(outputs):
-        out = out.withColumn(name, F.col(f"{packed}._{i}"))
-    return out.drop(packed)

@@ -154,7 +154,7 @@ class SGDLinearRegressionModel(_LinearModel, _LinearRegressionParams):
         return float(self._aux[0]) if len(self._aux) else 1.0
 
     def _output_fns(self):
-        return {"prediction": (DoubleType(), lambda m: float(m[0]))}
+        return {"prediction": (DoubleType(), lambda m: m[:, 0])}
 
     def _summary_kinds(self):
         return RegressionSummary, RegressionTrainingSummary

@@ -314,38 +314,38 @@ class SGDLogisticRegressionModel(_LinearModel, _LogisticRegressionParams):
     def _output_fns(self):
         if self.isMultinomial:
             def probability(m):
-                return softmax(m)
+                return softmax(m, axis=1)
 
             def raw(m):
-                return DenseVector(m)
+                return m
         else:
             def probability(m):
-                p = expit(m[0])
-                return np.array([1.0 - p, p])
+                p = expit(m[:, 0])
+                return np.c_[1.0 - p, p]
 
             def raw(m):
-                return DenseVector([-m[0], m[0]])
+                return np.c_[-m[:, 0], m[:, 0]]
         choose = self._class_choice()
         return {"rawPrediction": (VectorUDT(), raw),
-                "probability": (VectorUDT(), lambda m: DenseVector(probability(m))),
+                "probability": (VectorUDT(), probability),
                 "prediction": (DoubleType(), lambda m: choose(probability(m)))}
 
     def _class_choice(self):
-        """fn(probabilities) -> predicted class: MLlib's rule. With ``thresholds``, the
-        largest ``p_k / t_k`` (a zero threshold wins outright); else ``threshold`` on
+        """fn(probabilities n x k) -> predicted classes: MLlib's rule. With ``thresholds``,
+        the largest ``p_k / t_k`` (a zero threshold wins outright); else ``threshold`` on
         P(class 1) for a binomial model, the most probable class for a multinomial one."""
         if self.isSet(self.thresholds):
             thresholds = checked_thresholds(self.getThresholds(), self.numClasses)
 
             def scaled_argmax(p):
-                with np.errstate(divide="ignore"):
-                    return float(np.argmax(np.where(thresholds == 0.0, np.inf,
-                                                    p / thresholds)))
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    scaled = np.where(thresholds == 0.0, np.inf, p / thresholds)
+                return np.argmax(scaled, axis=1) * 1.0
             return scaled_argmax
         if self.isMultinomial:
-            return lambda p: float(np.argmax(p))
+            return lambda p: np.argmax(p, axis=1) * 1.0
         threshold = self.getThreshold()
-        return lambda p: 1.0 if p[1] > threshold else 0.0
+        return lambda p: (p[:, 1] > threshold) * 1.0
 
     def _summary_kinds(self):
         if self.numClasses == 2:

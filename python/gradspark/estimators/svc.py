@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 from pyspark import keyword_only
 from pyspark.ml.linalg import DenseVector, Vector, Vectors, VectorUDT
 from pyspark.ml.param.shared import HasRawPredictionCol, HasThreshold
@@ -123,8 +124,8 @@ class SGDLinearSVCModel(_LinearModel, _LinearSVCParams):
 
     def _output_fns(self):
         threshold = self.getThreshold()
-        return {"rawPrediction": (VectorUDT(), lambda m: DenseVector([-m[0], m[0]])),
-                "prediction": (DoubleType(), lambda m: 1.0 if m[0] > threshold else 0.0)}
+        return {"rawPrediction": (VectorUDT(), lambda m: np.c_[-m[:, 0], m[:, 0]]),
+                "prediction": (DoubleType(), lambda m: (m[:, 0] > threshold) * 1.0)}
 
     def _summary_kinds(self):
         return BinaryClassificationSummary, BinaryClassificationTrainingSummary
