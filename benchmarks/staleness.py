@@ -1,25 +1,30 @@
-"""Stale-gradient remedies under a straggler: sync vs SSP vs SSP + scale / compensate.
+"""Straggler remedies: sync, sync + throughput batching, SSP, SSP + scale / compensate.
 
 For each ``--workers`` count, one ``local-cluster[W,1,1024]`` session (W
 executor processes, one task slot each) and one cached dense logistic set
 (``async_vs_sync.py``'s generator, W partitions). Every configuration fits
-``SGDLogisticRegression(optimizer="adam", stepSize=0.05)`` for ``--steps``
-steps; the per-step loss the trainer logs is recorded with its time since
-``fit`` started (as in ``async_vs_sync.py``).
+``SGDLogisticRegression(optimizer="adam", stepSize=0.05,
+miniBatchFraction=--fraction)`` for ``--steps`` steps; the per-step loss the
+trainer logs is recorded with its time since ``fit`` started (as in
+``async_vs_sync.py``).
 
-A batch's compute is emulated with the test-only fault plan: every worker
-sleeps ``--batch-seconds`` before each batch (the set itself is small enough
-that its arithmetic takes a few milliseconds), and the straggler, partition
-1, sleeps ``(factor - 1)`` times as long again, so ``--slowdowns 2 5`` make
-it 2x and 5x slower. Sync mode runs resident workers (the JVM kernels would
-not sleep). Each worker count runs in its own process (a second
-SparkContext in one JVM does not take the kernels jar again).
+A batch's compute is emulated with the test-only fault plan, in proportion
+to its rows (the set itself is small enough that its arithmetic takes a few
+milliseconds): every worker sleeps ``row_seconds`` per row it used, sized so
+that a worker's batch under fixed batching takes ``--batch-seconds``; the
+straggler, partition 1, sleeps ``factor`` times as long per row, so
+``--slowdowns 2 5`` make it 2x and 5x slower. "5x moving" is a 5x straggler
+that moves to the next partition every ``--move-every`` steps. Sync mode runs
+resident workers (the JVM kernels would not sleep). Each worker count runs in
+its own process (a second SparkContext in one JVM does not take the kernels
+jar again).
 
-Per (workers, slowdown, configuration), median of ``--repeats``: the time to
-reach the target -- sync's final logged loss without a straggler + 1% -- and
-the ratio to sync's time under the same straggler (below 1: sooner), and the
-exact final objective after the fixed budget of steps
-(``summary.extra["finalObjective"]``, every row, penalty included).
+Per (workers, straggler, configuration), median of ``--repeats``: the time
+to reach the target -- sync's final logged loss without a straggler + 1%,
+the logged mini-batch losses smoothed over 5 steps -- and the ratio to
+sync's time under the same straggler (below 1: sooner), and the exact final
+objective after the fixed budget of steps (``summary.extra["finalObjective"]``,
+every row, penalty included).
 
     .venv/bin/python benchmarks/staleness.py
     .venv/bin/python benchmarks/staleness.py --workers 2 --slowdowns 5 --repeats 1
@@ -44,6 +49,7 @@ from async_vs_sync import StepLog, make_data, time_to  # noqa: E402
 
 CONFIGS = [
     ("sync", dict(executionStrategy="resident")),
+    ("sync + throughput", dict(executionStrategy="resident", batchSizing="throughput")),
     ("SSP s=2", dict(mode="async", maxStaleness=2)),
     ("s=2 + scale", dict(mode="async", maxStaleness=2, staleGradientPolicy="scale")),
     ("s=2 + compensate", dict(mode="async", maxStaleness=2,
@@ -55,13 +61,35 @@ CONFIGS = [
 ]
 
 
-def fit(df, log: StepLog, steps: int, extra: Dict[str, object]):
+def fit(df, log: StepLog, steps: int, fraction: float, extra: Dict[str, object]):
     from gradspark import SGDLogisticRegression
 
     log.reset()
     model = SGDLogisticRegression(optimizer="adam", stepSize=0.05, tol=0.0, maxIter=steps,
-                                  parameterServerHost="127.0.0.1", **extra).fit(df)
-    return list(log.points), model.summary.extra
+                                  miniBatchFraction=fraction, parameterServerHost="127.0.0.1",
+                                  **extra).fit(df)
+    return smoothed(log.points), model.summary.extra
+
+
+def smoothed(points, width: int = 5):
+    """(time, mean of the last ``width`` logged losses): mini-batch losses are noisy."""
+    return [(t, statistics.fmean(loss for _, loss in points[max(0, i - width + 1): i + 1]))
+            for i, (t, _) in enumerate(points)]
+
+
+def stragglers(args, workers: int) -> List[tuple]:
+    """(label, fault plan) per straggler setting; see the module docs."""
+    row_seconds = args.batch_seconds / (args.fraction * args.rows / workers)
+    plans = [("none", {"row_seconds": row_seconds})]
+    for factor in args.slowdowns:
+        plans.append((f"{factor:g}x", {"row_seconds": row_seconds, "slow_partition": 1,
+                                       "slow_factor": factor}))
+    if args.move_every:
+        factor = max(args.slowdowns)
+        plans.append((f"{factor:g}x moving", {
+            "row_seconds": row_seconds, "slow_partition": 1, "slow_factor": factor,
+            "move_every": args.move_every, "num_partitions": workers}))
+    return plans
 
 
 def run_workers(args, workers: int, log: StepLog) -> List[Dict[str, object]]:
@@ -75,50 +103,52 @@ def run_workers(args, workers: int, log: StepLog) -> List[Dict[str, object]]:
     spark.sparkContext.setLogLevel("ERROR")
     df = make_data(spark, args.rows, args.cols, workers)
     df.count()
-    fit(df, log, 3, dict(mode="async", maxStaleness=0))  # warm-up
+    fit(df, log, 3, args.fraction, dict(mode="async", maxStaleness=0))  # warm-up
     runs: Dict[tuple, list] = {}
-    for slowdown in [1.0, *args.slowdowns]:
-        os.environ[ENVIRONMENT_VARIABLE] = json.dumps(
-            {"base_seconds": args.batch_seconds, "slow_partition": 1,
-             "slow_seconds": (slowdown - 1) * args.batch_seconds})
+    plans = stragglers(args, workers)
+    for straggler, plan in plans:
+        os.environ[ENVIRONMENT_VARIABLE] = json.dumps(plan)
         for name, extra in CONFIGS:
             for _ in range(args.repeats):
-                runs.setdefault((slowdown, name), []).append(fit(df, log, args.steps, extra))
+                runs.setdefault((straggler, name), []).append(
+                    fit(df, log, args.steps, args.fraction, extra))
         os.environ.pop(ENVIRONMENT_VARIABLE, None)
     spark.stop()
 
-    target = 1.01 * statistics.median(p[-1][1] for p, _ in runs[(1.0, "sync")])
+    target = 1.01 * statistics.median(p[-1][1] for p, _ in runs[("none", "sync")])
     rows = []
-    for slowdown in [1.0, *args.slowdowns]:
+    for straggler, _ in plans:
         sync_time = None
         for name, _ in CONFIGS:
-            fits = runs[(slowdown, name)]
+            fits = runs[(straggler, name)]
             reached = [time_to(p, target) for p, _ in fits]
             median = statistics.median(reached) if None not in reached else None
             sync_time = median if name == "sync" else sync_time
             rows.append(dict(
-                workers=workers, slowdown=slowdown, config=name, target=target,
+                workers=workers, straggler=straggler, config=name, target=target,
                 timeToTarget=median,
                 ratioVsSync=median / sync_time if median is not None and sync_time else None,
                 finalObjective=statistics.median(e["finalObjective"] for _, e in fits),
                 fitSeconds=statistics.median(p[-1][0] for p, _ in fits),
                 compensationRatio=fits[-1][1].get("meanCompensationRatio"),
-                meanUpdateDelay=fits[-1][1].get("meanUpdateDelay")))
+                meanUpdateDelay=fits[-1][1].get("meanUpdateDelay"),
+                batchShares=fits[-1][1].get("batchShares")))
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
 def report(rows: List[Dict[str, object]]) -> None:
     print("\n| workers | straggler | configuration | to target s | vs sync | final objective | "
-          "mean update delay |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "mean update delay | batch shares |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         to = "-" if r["timeToTarget"] is None else f"{r['timeToTarget']:.2f}"
         ratio = "-" if r["ratioVsSync"] is None else f"{r['ratioVsSync']:.2f}x"
         delay = "-" if r["meanUpdateDelay"] is None else f"{r['meanUpdateDelay']:.2f}"
-        straggler = "none" if r["slowdown"] == 1 else f"{r['slowdown']:g}x"
-        print(f"| {r['workers']} | {straggler} | {r['config']} | {to} | {ratio} | "
-              f"{r['finalObjective']:.6f} | {delay} |")
+        shares = "-" if not r["batchShares"] else " / ".join(f"{s:.2f}"
+                                                              for s in r["batchShares"])
+        print(f"| {r['workers']} | {r['straggler']} | {r['config']} | {to} | {ratio} | "
+              f"{r['finalObjective']:.6f} | {delay} | {shares} |")
 
 
 def _with_workers(argv: List[str], workers: int) -> List[str]:
@@ -142,8 +172,11 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=20)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--fraction", type=float, default=0.2, help="miniBatchFraction")
     parser.add_argument("--batch-seconds", type=float, default=0.05,
-                        help="emulated compute of one batch")
+                        help="emulated compute of one worker's batch at fixed batching")
+    parser.add_argument("--move-every", type=int, default=10,
+                        help="steps between moves of the moving straggler (0: no such run)")
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -37,6 +37,7 @@ STALE_GRADIENT_POLICIES = ("none", "scale", "compensate")
 ENGINES = ("auto", "python", "jvm")
 STRATEGIES = ("auto", "jobPerStep", "resident")
 TOPOLOGIES = ("star", "tree")
+BATCH_SIZINGS = ("fixed", "throughput")
 
 
 def _one_of(name: str, allowed: tuple[str, ...]):
@@ -285,6 +286,17 @@ class HasCommunication(Params):
         typeConverter=TypeConverters.toFloat,
     )
 
+    batchSizing: Param[str] = Param(
+        Params._dummy(),
+        "batchSizing",
+        "sync mini-batches on resident workers (star): 'fixed' (every row drawn with "
+        "probability miniBatchFraction) or 'throughput' (each worker's share of the batch "
+        "follows its measured rows/s, the global batch keeping its size; a worker's sums "
+        "are weighted by its rows' inverse inclusion probability, so gradients stay "
+        "unbiased)",
+        typeConverter=_one_of("batchSizing", BATCH_SIZINGS),
+    )
+
     sparsePull: Param[bool] = Param(
         Params._dummy(),
         "sparsePull",
@@ -312,6 +324,9 @@ class HasCommunication(Params):
     def getWorkerQuorum(self) -> float:
         return self.getOrDefault(self.workerQuorum)
 
+    def getBatchSizing(self) -> str:
+        return self.getOrDefault(self.batchSizing)
+
     def needsResidentWorkers(self) -> str:
         """Why sync mode must keep resident workers for these Params ('' if it need not)."""
         if self.getMode() != "sync":
@@ -323,6 +338,8 @@ class HasCommunication(Params):
             reasons.append(f"localSteps={self.getLocalSteps()}")
         if self.getWorkerQuorum() < 1.0:
             reasons.append(f"workerQuorum={self.getWorkerQuorum()}")
+        if self.getBatchSizing() != "fixed":
+            reasons.append(f"batchSizing={self.getBatchSizing()!r}")
         return ", ".join(reasons)
 
 
@@ -502,6 +519,7 @@ class SGDParams(
             errorFeedback=True,
             localSteps=1,
             workerQuorum=1.0,
+            batchSizing="fixed",
             sparsePull=True,
             blockSize=4096,
             checkpointDir="",
@@ -526,6 +544,19 @@ def _validate_communication(params: SGDParams) -> None:
                                         or params.getWorkerQuorum() < 1.0):
         raise ValueError("localSteps and workerQuorum are sync-mode levers; async mode "
                          "already lets workers run ahead (maxStaleness)")
+    throughput = params.getBatchSizing() == "throughput"
+    if throughput and (params.getMode() != "sync" or params.getParameterServers()):
+        raise ValueError("batchSizing='throughput' sizes the sync rounds of resident workers "
+                         "(mode='sync', parameterServers=0); in async mode a faster worker "
+                         "already pushes more often")
+    if throughput and params.getMiniBatchFraction() >= 1.0:
+        raise ValueError("batchSizing='throughput' moves rows of a mini-batch between "
+                         "workers: set miniBatchFraction < 1 (a full batch uses every row)")
+    if throughput and (params.getLocalSteps() > 1 or params.getWorkerQuorum() < 1.0
+                       or params.getAggregationTopology() == "tree"):
+        raise ValueError("batchSizing='throughput' needs localSteps=1, workerQuorum=1 and "
+                         "aggregationTopology='star': it sizes each worker's gradient "
+                         "answer by the time that answer takes")
     resident = params.needsResidentWorkers()
     if not resident:
         return

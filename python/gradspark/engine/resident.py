@@ -14,7 +14,9 @@ It reuses the async mode's machinery (:mod:`gradspark.ps`): the same
 authenticated wire format, server and client, and the same long-running
 task wrapper. Only the handler differs: instead of an SSP clock it keeps one
 round at a time. In the WEIGHTS frame the ``clock`` field carries the round
-and ``version`` the step and whether to sample it: ``2 * step + sampled``.
+and ``version`` a :class:`RoundCode`: the step, whether to sample it and, with
+throughput batch sizing (:mod:`gradspark.engine.batch_sizing`), the fraction
+this worker samples at.
 
 Communication (:mod:`gradspark.comm`): a worker's answer may be
 compressed (``compression``; each worker keeps its own error-feedback
@@ -49,6 +51,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 
 from gradspark.comm.compression import Compression, Encoded
+from gradspark.engine.batch_sizing import BatchSizing, dequantize, quantize
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, split_map
 from gradspark.engine.touched import TouchedBatch, TouchedFeatures
@@ -64,6 +67,41 @@ logger = logging.getLogger(__name__)
 
 class WorkersFailed(RuntimeError):
     """The resident workers' stage ended (failed or cancelled) before the fit did."""
+
+
+class RoundCode(NamedTuple):
+    """What a round's ``version`` field tells a worker: ``sampled + 2 * step``, plus the
+    worker's own sampling fraction in units of ``2**-20`` above bit 41 (0: the
+    configured ``miniBatchFraction``; throughput batch sizing only)."""
+
+    step: int
+    sampled: bool
+    fraction_units: int = 0
+
+    FRACTION_SHIFT = 41
+
+    def encode(self) -> int:
+        return int(self.sampled) + 2 * self.step + (self.fraction_units << self.FRACTION_SHIFT)
+
+    @classmethod
+    def decode(cls, code: int) -> "RoundCode":
+        step, sampled = divmod(code & ((1 << cls.FRACTION_SHIFT) - 1), 2)
+        return cls(step, bool(sampled), code >> cls.FRACTION_SHIFT)
+
+    def fraction(self, configured: float) -> float:
+        """The fraction of rows this round samples (1.0: a full-batch round)."""
+        if not self.sampled:
+            return 1.0
+        return dequantize(self.fraction_units) if self.fraction_units else configured
+
+    def rows(self):
+        """Which rows the round uses: every full-batch round the same ones (-1), a sampled
+        round those of its step at its fraction."""
+        return (self.step, self.fraction_units) if self.sampled else -1
+
+    def next_sampled(self) -> int:
+        """The code a worker expects next: the next step, sampled as this one was."""
+        return self._replace(step=self.step + self.sampled).encode()
 
 
 class Answer(NamedTuple):
@@ -111,6 +149,10 @@ class GradientRounds:
         self.lock = threading.Condition()
         self.round = 0  # the round in progress; 0 before the first
         self.sample_code = 0
+        self.worker_codes: Dict[int, int] = {}  # a worker's own code (throughput batching)
+        self.published_at = 0.0
+        self.seconds: Dict[int, float] = {}  # publish -> answer, this round
+        self.timings: Dict[int, tuple] = {}  # the last closed round's (rows, seconds)
         self.vector = np.zeros(vector_size)
         self.answers: Dict[int, Answer] = {}
         self.used = {w: 0 for w in self.expected}  # answers that went into a step
@@ -144,7 +186,8 @@ class GradientRounds:
         with self.lock:
             while not self.stopped and (self.round == 0 or worker in self.answers):
                 self.lock.wait()
-            return self.round, self.sample_code, self.stopped, self.vector
+            code = self.worker_codes.get(worker, self.sample_code)
+            return self.round, code, self.stopped, self.vector
 
     def on_push(self, worker: int, clock: int, version: int, loss_sum: float,
                 weight_sum: float, count: int, vector: np.ndarray) -> bool:
@@ -154,6 +197,7 @@ class GradientRounds:
                 self.late += int(clock < self.round)
                 return False
             self.answers[worker] = Answer(vector, loss_sum, weight_sum, count)
+            self.seconds[worker] = time.monotonic() - self.published_at
             self.lock.notify_all()
             return True
 
@@ -174,10 +218,14 @@ class GradientRounds:
                 self.lock.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
 
     # -- the publishing side ---------------------------------------------------
-    def publish(self, round_: int, vector: np.ndarray, sample_code: int) -> None:
+    def publish(self, round_: int, vector: np.ndarray, sample_code: int,
+                worker_codes: Optional[Dict[int, int]] = None) -> None:
+        """Open a round; ``worker_codes`` overrides ``sample_code`` for some workers."""
         with self.lock:
             self.round, self.vector, self.sample_code, self.answers = \
                 round_, vector, sample_code, {}
+            self.worker_codes = worker_codes or {}
+            self.seconds, self.published_at = {}, time.monotonic()
             self.lock.notify_all()
 
     def collect(self, timeout: float) -> Answer:
@@ -203,11 +251,13 @@ class GradientRounds:
             for w in answered:
                 self.used[w] += 1
             answers = [self.answers[w] for w in answered]
+            self.timings = {w: (self.answers[w].count, self.seconds[w]) for w in answered}
         return functools.reduce(operator.add, answers)
 
-    def request(self, vector: np.ndarray, sample_code: int, timeout: float) -> Answer:
+    def request(self, vector: np.ndarray, sample_code: int, timeout: float,
+                worker_codes: Optional[Dict[int, int]] = None) -> Answer:
         """The driver's step: the next round, published and collected."""
-        self.publish(self.round + 1, vector, sample_code)
+        self.publish(self.round + 1, vector, sample_code, worker_codes)
         return self.collect(timeout)
 
     def stop(self, failure: Optional[BaseException] = None) -> None:
@@ -277,9 +327,9 @@ class GradientResponse:
         return TouchedFeatures(groups, self.num_features, self.num_outputs, self.loss.num_aux)
 
     def batch(self, touched: TouchedFeatures, code: int) -> Optional[TouchedBatch]:
-        """The rows of the round with ``code`` (``2 * step + sampled``), over their features."""
-        step, sampled = divmod(code, 2)
-        return touched.batch(self.fraction if sampled else 1.0, self.seed, step)
+        """The rows of the round with ``code`` (a :class:`RoundCode`), over their features."""
+        round_code = RoundCode.decode(code)
+        return touched.batch(round_code.fraction(self.fraction), self.seed, round_code.step)
 
     def first_code(self) -> int:
         """What a worker expects its first round to be: step 0, sampled if it samples."""
@@ -289,13 +339,20 @@ class GradientResponse:
                  batch: Optional[TouchedBatch] = None) -> Answer:
         """The answer; over ``batch``'s keys (``request.vector`` holds their values) when
         given, as an Encoded message unless lossy compression needs the whole vector."""
-        step, sampled = divmod(request.version, 2)
+        code = RoundCode.decode(request.version)
+        step, fraction = code.step, code.fraction(self.fraction)
+        # Throughput batching: sums weighted by the inverse inclusion probability, relative
+        # to the configured fraction (1 when this worker samples at that fraction).
+        weight = self.fraction / fraction if code.fraction_units else 1.0
         if self.faults is not None:
             for partition in groups:
                 self.faults.before_batch(partition, step, attempt)
         d, k = self.num_features, self.num_outputs
         if batch is not None:
             sums = batch.sums(self.loss, request.vector, k)
+            if sums is not None and weight != 1.0:
+                sums = sums.scaled(weight)
+            self._emulate(groups, step, sums)
             message = batch.encode(sums)
             vector = message if self.objective is None else \
                 self.objective.sums_to_theta_space(message.decode())
@@ -303,13 +360,19 @@ class GradientResponse:
                 return Answer(vector, 0.0, 0.0, 0)
             return Answer(vector, sums.loss_sum, sums.weight_sum, sums.count)
         coef, offset, aux = split_map(request.vector, d, k)
-        sums = grouped_sums(groups, self.loss, coef, offset, aux,
-                            self.fraction if sampled else 1.0, self.seed, step) \
+        sums = grouped_sums(groups, self.loss, coef, offset, aux, fraction, self.seed, step) \
             or GradientSums.zeros(d, k, self.loss.num_aux)
+        if weight != 1.0:
+            sums = sums.scaled(weight)
+        self._emulate(groups, step, sums)
         answer = Answer.of_sums(sums)
         if self.objective is not None:
             answer = answer._replace(vector=self.objective.sums_to_theta_space(answer.vector))
         return answer
+
+    def _emulate(self, groups, step: int, sums: Optional[GradientSums]) -> None:
+        if self.faults is not None and sums is not None:
+            self.faults.after_batch(set(groups), step, sums.count)
 
 
 def serve_rounds(client: ParameterClient, groups, respond, compression: Compression,
@@ -336,7 +399,8 @@ def serve_rounds(client: ParameterClient, groups, respond, compression: Compress
             request = client.pull(None if batch is None else batch.keys)
             if request.stop:
                 break
-            if batch is not None and _round_rows(request.version) != _round_rows(expected):
+            if batch is not None and (RoundCode.decode(request.version).rows()
+                                      != RoundCode.decode(expected).rows()):
                 expected = request.version
                 continue
             if relay is not None:
@@ -350,20 +414,13 @@ def serve_rounds(client: ParameterClient, groups, respond, compression: Compress
             client.push(request.clock, request.version, answer.loss_sum, answer.weight_sum,
                         answer.count, message)
             answered += 1
-            expected = request.version + 2 * (request.version % 2)  # the next sampled step
+            expected = RoundCode.decode(request.version).next_sampled()
         client.done()
     finally:
         if relay is not None:
             relay.stop()
             relay.drain(timeout)
     return answered
-
-
-def _round_rows(code: int) -> int:
-    """Which rows a round's ``2 * step + sampled`` code uses: every full-batch round the
-    same ones (-1), a sampled round those of its step."""
-    step, sampled = divmod(code, 2)
-    return step if sampled else -1
 
 
 def tree_task(driver_address, secret: bytes, tree: Tree, loopback: bool, respond,
@@ -427,7 +484,8 @@ class ResidentGradientEngine:
                  mini_batch_fraction: float = 1.0, seed: int = 0, host: str = "",
                  timeout: float = 300.0, topology: str = "star",
                  aggregation_depth: int = 2, *, compression: Compression = Compression(),
-                 quorum: float = 1.0, respond=None, sparse_pull: bool = True) -> None:
+                 quorum: float = 1.0, respond=None, sparse_pull: bool = True,
+                 batch_sizing: str = "fixed") -> None:
         if topology not in TOPOLOGIES:
             raise ValueError(f"topology must be one of {list(TOPOLOGIES)}, got {topology!r}")
         if not 0.0 < quorum <= 1.0:
@@ -435,6 +493,14 @@ class ResidentGradientEngine:
         if quorum < 1.0 and topology == "tree":
             raise ValueError("workerQuorum < 1 needs aggregationTopology='star': in a tree "
                              "a node's answer carries its whole subtree")
+        if batch_sizing not in ("fixed", "throughput"):
+            raise ValueError(f"batchSizing must be 'fixed' or 'throughput', got {batch_sizing!r}")
+        if batch_sizing == "throughput" and (topology == "tree" or quorum < 1.0):
+            raise ValueError("batchSizing='throughput' needs aggregationTopology='star' and "
+                             "workerQuorum=1: it sizes each worker's batch by the time its "
+                             "own answer takes")
+        self.batch_sizing = batch_sizing
+        self.sizing: Optional[BatchSizing] = None  # star only: the driver sees every answer
         self.compression = compression
         self.quorum = quorum
         self.respond = respond
@@ -481,6 +547,8 @@ class ResidentGradientEngine:
             metrics.update(workerQuorum=self.quorum, quorumWorkers=rounds.needed,
                            lateAnswersDropped=rounds.late,
                            workerAnswersUsed=[rounds.used[w] for w in rounds.expected])
+        if self.sizing is not None:
+            metrics.update(self.sizing.metrics())
         if self.server is not None:
             metrics.update(self.server.traffic.totals())
         return metrics
@@ -507,6 +575,9 @@ class ResidentGradientEngine:
             self.tree = Tree.for_depth(num_workers, self.aggregation_depth)
         rounds = self.rounds = GradientRounds([0] if tree else range(num_workers),
                                               respond.answer_size, quorum=self.quorum)
+        if not tree:
+            self.sizing = BatchSizing(self.mini_batch_fraction, range(num_workers),
+                                      adaptive=self.batch_sizing == "throughput")
         host = self.host or sc.getConf().get("spark.driver.host", "127.0.0.1")
         self.server = ParameterServer(rounds, host, num_workers)
         compression = self.compression
@@ -560,11 +631,22 @@ class ResidentGradientEngine:
         return answer.sums(self.num_features, self.num_outputs)
 
     def exchange(self, vector: np.ndarray, code: int) -> Answer:
-        """One round: publish ``vector`` (and ``code``: ``2 * step + sampled``), return the
-        sum of the answers."""
+        """One round: publish ``vector`` and ``code`` (a :class:`RoundCode`), return the sum
+        of the answers. Throughput batch sizing gives a worker its own fraction in its
+        code, and measures the round's times."""
         if self.rounds is None:
             raise RuntimeError("ResidentGradientEngine used outside its `with` block")
-        return self.rounds.request(vector, code, self.timeout)
+        round_code, sizing = RoundCode.decode(code), self.sizing
+        worker_codes = None
+        if sizing is not None and round_code.sampled and not sizing.balanced():
+            worker_codes = {
+                w: code if f == sizing.fraction else
+                round_code._replace(fraction_units=quantize(f)).encode()
+                for w, f in sizing.fractions().items()}
+        answer = self.rounds.request(vector, code, self.timeout, worker_codes)
+        if sizing is not None:
+            sizing.observe(self.rounds.timings, round_code.sampled)
+        return answer
 
     def close(self) -> None:
         try:

@@ -32,6 +32,11 @@ class GradientSums(NamedTuple):
             self.count + other.count,
         )
 
+    def scaled(self, factor: float) -> "GradientSums":
+        """Every sum times ``factor`` (an inclusion weight), the row count as it was."""
+        return GradientSums(self.xtg * factor, self.gsum * factor, self.d_aux * factor,
+                            self.loss_sum * factor, self.weight_sum * factor, self.count)
+
     def vector(self) -> np.ndarray:
         """The array part, flattened for the wire: ``xtg`` (row-major), ``gsum``, ``d_aux``."""
         return np.concatenate([self.xtg.ravel(), self.gsum, self.d_aux])

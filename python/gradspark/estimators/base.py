@@ -411,7 +411,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                 self.getMiniBatchFraction(), self.getSeed(), self.getParameterServerHost(),
                 self.getWorkerTimeout(), self.getAggregationTopology(), depth,
                 compression=self._compression(), quorum=self.getWorkerQuorum(),
-                sparse_pull=self.getSparsePull())
+                sparse_pull=self.getSparsePull(), batch_sizing=self.getBatchSizing())
             return engine
         # (async mode's workers compress their own pushes; this engine is unused there)
         compression = self._compression() if choice.strategy == "jobPerStep" else Compression()

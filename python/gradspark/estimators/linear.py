@@ -96,6 +96,7 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         errorFeedback: bool = True,
         localSteps: int = 1,
         workerQuorum: float = 1.0,
+        batchSizing: str = "fixed",
         sparsePull: bool = True,
         blockSize: int = 4096,
         checkpointDir: str = "",

@@ -176,6 +176,7 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         errorFeedback: bool = True,
         localSteps: int = 1,
         workerQuorum: float = 1.0,
+        batchSizing: str = "fixed",
         sparsePull: bool = True,
         blockSize: int = 4096,
         checkpointDir: str = "",

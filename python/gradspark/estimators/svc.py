@@ -75,6 +75,7 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
         errorFeedback: bool = True,
         localSteps: int = 1,
         workerQuorum: float = 1.0,
+        batchSizing: str = "fixed",
         sparsePull: bool = True,
         blockSize: int = 4096,
         checkpointDir: str = "",

@@ -333,6 +333,8 @@ def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
             if objective is not None:
                 vector = objective.sums_to_theta_space(vector)
             message = compress(vector)
+        if faults is not None:
+            faults.after_batch({worker}, weights.clock, scalars[2])
         client.push(weights.clock, weights.version, *scalars, message)
         pushes += 1
         clock = weights.clock + 1
