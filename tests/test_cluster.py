@@ -65,6 +65,20 @@ def test_torch_rank_failure_is_retried_and_resumed():
     assert result["retried_history"] == result["history"]
 
 
+def test_torch_rank_killed_mid_epoch_resumes_at_the_next_unseen_batch():
+    pytest.importorskip("torch")
+    # Rank 1's process is SIGKILLed before step 7 of epoch 2 (of 20 steps, with dropout);
+    # the stage is retried from the checkpoint 5 steps into that epoch and ends as the
+    # uninterrupted run: same weights and losses bit for bit, every row trained on exactly
+    # once per epoch.
+    result = run_job("torch_cluster_job.py", "local[2]", "midepoch")
+    assert result["steps_per_epoch"] == 20
+    assert result["resumed_from"] == [1, 5]
+    assert result["max_weight_difference"] == 0.0
+    assert result["retried_history"] == result["history"]
+    assert result["rows_per_epoch"] == result["retried_rows_per_epoch"] == [result["rows"]] * 4
+
+
 def test_resident_tree_of_depth_three_survives_a_failed_node():
     result = run_job("resident_tree_job.py")
     assert result["workers"] == 4 and result["depth"] == 3

@@ -1,5 +1,7 @@
 """TorchEstimator on the shared local[2] session: DDP (gloo) across two barrier tasks."""
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -142,6 +144,47 @@ def test_resumed_fit_matches_uninterrupted(spark, digits_data, tmp_path):
                                    atol=1e-7)
     with pytest.raises(ValueError, match="batchSize"):
         estimator(5, tmp_path / "b").setParams(batchSize=16).fit(train)
+
+
+def test_a_mid_epoch_checkpoint_resumes_only_on_its_number_of_ranks(spark, digits_data,
+                                                                    tmp_path):
+    from gradspark.checkpoints.epochs import EpochCheckpoints
+
+    train = digits_data[0].limit(200)
+    estimator = TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), numWorkers=1,
+                               epochs=2, batchSize=20, labelDtype="int64", seed=3,
+                               checkpointDir=str(tmp_path), checkpointUnit="step",
+                               checkpointInterval=3, keepCheckpoints=3)
+    estimator.fit(train)
+    store = EpochCheckpoints(str(tmp_path), keep=5)
+    # Interval 3 over 10 steps an epoch: mid-epoch at 3, 6, 9, 12 (= epoch 2 step 2), ...
+    assert store.positions()[-3:] == [(1, 5), (1, 8), (2, 0)]
+    newest = store.load_latest()
+    store.fs.delete_file(store._file((2, 0)))
+    assert store.load_latest()["step"] == 8 and len(store.load_latest()["ranks"]) == 1
+    with pytest.raises(ValueError, match="numWorkers=1"):
+        estimator.copy().setParams(numWorkers=2).fit(train)
+    resumed = estimator.fit(train)  # from 8 steps into epoch 2, on one rank
+    assert (resumed.summary.resumedFromEpoch, resumed.summary.resumedFromStep) == (1, 8)
+    assert resumed.summary.lossHistory == list(newest["history"])
+    assert resumed.summary.rowsPerEpoch == [200, 200]
+
+
+def test_progress_reaches_the_driver_while_the_stage_runs(spark, digits_data, caplog):
+    caplog.set_level(logging.INFO, logger="gradspark.trainer")
+    model = TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), numWorkers=2, epochs=3,
+                           batchSize=40, labelDtype="int64", seed=3,
+                           progressInterval=4).fit(digits_data[0].limit(400))
+    lines = [r for r in caplog.records
+             if r.name == "gradspark.trainer" and r.getMessage().startswith("TorchEstimator step")]
+    # 10 steps an epoch: rank 0 reports after steps 4 and 8, and at each epoch's end.
+    assert model.summary.progressReports == len(lines) == 9
+    assert [r.args[1] for r in lines] == [4, 8, 10, 14, 18, 20, 24, 28, 30]
+    ends = [r for r in lines if "epoch loss" in r.getMessage()]
+    assert [r.args[3] for r in ends] == model.summary.lossHistory
+    assert all("rows/s ETA" in r.getMessage() for r in lines)
+    # Live: the first epoch's report came while later epochs were still training.
+    assert ends[0].created < ends[-1].created - 0.5 * model.summary.epochSeconds[-1]
 
 
 def test_worker_error_surfaces_its_traceback(spark, digits_data):

@@ -36,6 +36,7 @@ class FaultPlan:
     slow_seconds: float = 0.0
     kill: bool = False  # SIGKILL the task's Python process instead of raising (a lost task)
     base_seconds: float = 0.0  # every partition sleeps this before each batch (benchmarks)
+    fail_batch: Optional[int] = None  # TorchEstimator: fail at this step of fail_step's epoch
     # Emulated compute that grows with the batch (benchmarks of batch sizing): every
     # worker sleeps row_seconds per row it used, the slow partition's worker slow_factor
     # times as long. With move_every > 0 the straggler moves: at step s it is partition

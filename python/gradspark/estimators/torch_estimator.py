@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -48,8 +49,10 @@ from gradspark.data.validation import InvalidDataError
 from gradspark.faults import fault_plan
 from gradspark.params import HasCheckpoints, HasValidation, _one_of
 from gradspark.persistence import DataFrameWriter
+from gradspark.ps import ParameterServer
 from gradspark.report import LossCurve
 from gradspark.trainer.barrier import require_task_slots
+from gradspark.trainer.torch_progress import ProgressReports
 from gradspark.trainer.ddp import (
     RESULT_SCHEMA,
     TorchTrainingError,
@@ -60,6 +63,7 @@ from gradspark.trainer.ddp import (
 logger = logging.getLogger(__name__)
 
 LABEL_DTYPES = ("float32", "int64")
+CHECKPOINT_UNITS = ("epoch", "step")
 
 
 class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol,
@@ -91,13 +95,25 @@ class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
     inferenceBatchSize: Param[int] = Param(
         Params._dummy(), "inferenceBatchSize", "rows per forward pass in transform",
         typeConverter=TypeConverters.toInt)
+    checkpointUnit: Param[str] = Param(
+        Params._dummy(), "checkpointUnit",
+        "what checkpointInterval counts: 'epoch' or 'step' (optimizer steps; a mid-epoch "
+        "checkpoint records each rank's position in its shuffled rows and its RNG state, so "
+        "a killed run resumes at the next unseen batch)",
+        typeConverter=_one_of("checkpointUnit", CHECKPOINT_UNITS))
+    progressInterval: Param[int] = Param(
+        Params._dummy(), "progressInterval",
+        "rank 0 reports its loss, rows/s and the time left to the driver every this many "
+        "steps (and at every epoch end) while the stage runs; 0: at epoch ends only, -1: "
+        "never",
+        typeConverter=TypeConverters.toInt)
 
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(numWorkers=1, useGpu=False, batchSize=64, epochs=10,
                          learningRate=1e-3, labelDtype="float32", inferenceBatchSize=1024,
                          seed=0, checkpointDir="", checkpointInterval=1, keepCheckpoints=2,
-                         resume=True)
+                         resume=True, checkpointUnit="epoch", progressInterval=50)
 
     def getNumWorkers(self) -> int:
         return self.getOrDefault(self.numWorkers)
@@ -120,6 +136,12 @@ class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
     def getInferenceBatchSize(self) -> int:
         return self.getOrDefault(self.inferenceBatchSize)
 
+    def getCheckpointUnit(self) -> str:
+        return self.getOrDefault(self.checkpointUnit)
+
+    def getProgressInterval(self) -> int:
+        return self.getOrDefault(self.progressInterval)
+
 
 @dataclass
 class TorchTrainingSummary(LossCurve):
@@ -138,6 +160,9 @@ class TorchTrainingSummary(LossCurve):
     # validationIndicatorCol: held-out loss before training and after each epoch
     validationHistory: List[float] = field(default_factory=list)
     bestEpoch: Optional[int] = None  # the epoch whose parameters the model holds
+    resumedFromStep: int = 0  # steps into epoch resumedFromEpoch + 1 (mid-epoch checkpoint)
+    rowsPerEpoch: List[int] = field(default_factory=list)  # rows trained on, all ranks
+    progressReports: int = 0  # live reports that reached the driver during the stage
 
     @property
     def objectiveHistory(self) -> List[float]:
@@ -186,7 +211,9 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         ``labelDtype``, ``featuresCol``, ``labelCol``, ``predictionCol``,
         ``rawPredictionCol``, ``seed``, ``checkpointDir`` (local or mounted
         path, ``hdfs://``, ``s3://``, ``gs://``; reachable from the executors),
-        ``checkpointInterval`` (epochs), ``keepCheckpoints``, ``resume``,
+        ``checkpointInterval`` (epochs, or optimizer steps with
+        ``checkpointUnit="step"``: mid-epoch checkpoints that resume at the next
+        unseen batch), ``keepCheckpoints``, ``resume``,
         ``validationIndicatorCol`` (boolean column of held-out rows: early stopping by
         MLlib's GBT rule with ``validationTol``, the best epoch's parameters kept).
 
@@ -234,8 +261,7 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         directory = normalize_directory(self.getCheckpointDir())
         store = EpochCheckpoints(directory, self.getKeepCheckpoints())
         if not self.getResume():
-            for epoch in store.epochs():
-                store.fs.delete_file(f"{store.root}/epoch-{epoch:06d}.pt")
+            store.clear()
             return directory
         state = store.load_latest()
         if state is not None:
@@ -247,6 +273,13 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
                     f"cannot resume from {directory}: its checkpoint was written with other "
                     f"{', '.join(changed)} ({theirs}); use another checkpointDir or "
                     f"resume=False")
+            ranks = len(state.get("layout", []))
+            if state.get("step") and ranks != self.getNumWorkers():
+                raise ValueError(
+                    f"cannot resume from {directory}: its newest checkpoint is "
+                    f"{state['step']} steps into epoch {state['epoch'] + 1} and holds the "
+                    f"positions of {ranks} ranks; resume with numWorkers={ranks} (epoch "
+                    f"checkpoints resume on any number), or resume=False")
         return directory
 
     def _spec(self, checkpoint_dir: Optional[str]) -> TorchTrainSpec:
@@ -258,17 +291,34 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             label_dtype=self.getLabelDtype(), batch_size=self.getBatchSize(),
             epochs=self.getEpochs(), seed=self.getSeed(), use_gpu=self.getUseGpu(),
             checkpoint_dir=checkpoint_dir, checkpoint_interval=self.getCheckpointInterval(),
+            checkpoint_unit=self.getCheckpointUnit(),
             keep_checkpoints=self.getKeepCheckpoints(), fingerprint=self._fingerprint(),
             validation_tol=(self.getValidationTol() if self.getValidationIndicatorCol()
                             else None),
             fail_rank=plan.fail_partition if plan else None,
             fail_epoch=plan.fail_step if plan and plan.fail_partition is not None else None,
+            fail_batch=plan.fail_batch if plan else None,
+            fail_kill=bool(plan and plan.kill),
         )
+
+    def _progress_channel(self, context, spec: TorchTrainSpec):
+        """(handler, server) taking rank 0's live reports, and the spec that points at it;
+        (None, None) with ``progressInterval=-1``."""
+        if self.getProgressInterval() < 0:
+            return None, None, spec
+        reports = ProgressReports()
+        host = context.getConf().get("spark.driver.host", "127.0.0.1")
+        server = ParameterServer(reports, host, 1)
+        return reports, server, dataclasses.replace(
+            spec, progress_address=server.address, progress_secret=server.secret,
+            progress_interval=self.getProgressInterval())
 
     def _fit(self, dataset: DataFrame) -> "TorchModel":
         self._validate()
-        require_task_slots(context_of(dataset), self.getNumWorkers(), self.getUseGpu())
-        spec = self._spec(self._prepare_checkpoints())
+        context = context_of(dataset)
+        require_task_slots(context, self.getNumWorkers(), self.getUseGpu())
+        reports, server, spec = self._progress_channel(
+            context, self._spec(self._prepare_checkpoints()))
         columns = training_columns(dataset, self.getFeaturesCol(), self.getLabelCol(),
                                    self.getValidationIndicatorCol())
         started = time.perf_counter()
@@ -281,6 +331,10 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             raise TorchTrainingError(
                 f"TorchEstimator training failed on the executors:\n{_worker_traceback(error)}"
             ) from error
+        finally:
+            if server is not None:
+                reports.close()
+                server.close()
         wall = time.perf_counter() - started
         if not rows:  # Spark skips the stage's tasks altogether on empty input
             raise InvalidDataError("the training DataFrame is empty")
@@ -298,7 +352,9 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             resumedFromEpoch=info["start"], epochSeconds=info["timings"], wallTime=wall,
             rankPids=[json.loads(r.info)["pid"] for r in sorted(rows, key=lambda r: r.rank)],
             validationHistory=info["validation"],
-            bestEpoch=info["best_epoch"] if info["validation"] else None)
+            bestEpoch=info["best_epoch"] if info["validation"] else None,
+            resumedFromStep=info["start_step"], rowsPerEpoch=info["rows_per_epoch"],
+            progressReports=len(reports.reports) if reports is not None else 0)
         logger.info("TorchEstimator: %d ranks, %d epochs (from %d), final loss %s, %.1f s",
                     len(rows), self.getEpochs(), info["start"],
                     first.history[-1] if first.history else None, wall)

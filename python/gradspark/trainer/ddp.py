@@ -20,6 +20,14 @@ single-process mini-batch SGD on the union of the ranks' batches:
 Model initialization is seeded identically on every rank (and DDP broadcasts
 rank 0's parameters anyway); torch's RNG is reseeded per (epoch, rank), so a
 run resumed from an epoch checkpoint continues exactly as it would have.
+
+Mid-epoch checkpoints (``checkpointUnit="step"``) add each rank's position:
+the schedule above is a pure function of ``(seed, epoch, rank, step)``, so
+``(epoch, step)`` says which rows every rank has trained on; with each rank's
+torch RNG state (dropout and the like draw from it) and its partial loss and
+row sums, gathered to rank 0 at the checkpoint, a resumed run continues at
+the next unseen batch of every rank and ends bit-identical to an
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -28,10 +36,11 @@ import json
 import logging
 import math
 import os
+import signal
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -63,6 +72,7 @@ class TorchTrainSpec:
     use_gpu: bool
     checkpoint_dir: Optional[str] = None
     checkpoint_interval: int = 1
+    checkpoint_unit: str = "epoch"  # what checkpoint_interval counts: epochs or steps
     keep_checkpoints: int = 2
     fingerprint: Dict[str, Any] = field(default_factory=dict)
     # validationIndicatorCol: held-out rows' loss after every epoch, MLlib's GBT stopping
@@ -72,6 +82,13 @@ class TorchTrainSpec:
     # in an attempt that started from scratch (so a resumed retry passes).
     fail_rank: Optional[int] = None
     fail_epoch: Optional[int] = None
+    fail_batch: Optional[int] = None  # ... at this step of fail_epoch (None: at its start)
+    fail_kill: bool = False  # SIGKILL the rank's process instead of raising
+    # Live progress (gradspark.trainer.torch_progress): rank 0 reports to this address
+    # every progress_interval steps and at epoch ends (None: it does not report).
+    progress_address: Optional[Tuple[str, int]] = None
+    progress_secret: bytes = b""
+    progress_interval: int = 0
 
 
 def steps_per_epoch(total_rows: int, batch_size: int) -> int:
@@ -187,10 +204,11 @@ def validation_loss(spec: TorchTrainSpec, module, features, labels, device) -> f
 
 def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
                y: np.ndarray, X_held: Optional[np.ndarray] = None,
-               y_held: Optional[np.ndarray] = None) -> Dict[str, Any]:
+               y_held: Optional[np.ndarray] = None, reporter=None) -> Dict[str, Any]:
     """Train on this rank's partition; returns rank 0's state and the loss history. With
     held-out rows (``spec.validation_tol``), stops early and returns the best epoch's
-    parameters."""
+    parameters. ``reporter`` (rank 0): a
+    :class:`gradspark.trainer.torch_progress.ProgressReporter`."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -217,7 +235,8 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
     dist.broadcast_object_list(holder, src=0)
     state = holder[0]
     history: List[float] = []
-    start = 0
+    rows_per_epoch: List[int] = []
+    start, start_step, position = 0, 0, None  # position: this rank's mid-epoch state
     validating = spec.validation_tol is not None
     validation = {"history": [], "best_loss": math.inf, "best_epoch": 0, "best_state": None}
     if validating:
@@ -232,9 +251,19 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
         module.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         history, start = list(state["history"]), int(state["epoch"])
+        rows_per_epoch = list(state.get("rows_per_epoch", []))
+        start_step = int(state.get("step", 0))
+        if start_step:
+            if state["layout"] != layout.sizes:
+                raise TorchTrainingError(
+                    f"the mid-epoch checkpoint in {spec.checkpoint_dir} was written by "
+                    f"{len(state['layout'])} ranks holding {state['layout']} rows; this run "
+                    f"has {layout.sizes}: resume with the same numWorkers (or resume=False)")
+            position = state["ranks"][rank]
         validation = state.get("validation", validation)
         if rank == 0:
-            logger.info("TorchEstimator resumed from epoch %d of %d", start, spec.epochs)
+            logger.info("TorchEstimator resumed from epoch %d of %d%s", start, spec.epochs,
+                        f", step {start_step} of {steps}" if start_step else "")
 
     def validate(epochs_done: int) -> bool:
         """Record the held-out loss; True: stop (MLlib's GBT rule, see
@@ -247,19 +276,50 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
                 k: v.detach().cpu().clone() for k, v in module.state_dict().items()})
         return stop
 
+    def save_mid_epoch(epoch: int, step: int, loss_sum, rows_done: int) -> None:
+        """Checkpoint ``step`` steps into ``epoch``: every rank's position, rank 0 writes."""
+        mine = {"rng": torch.get_rng_state(), "loss_sum": float(loss_sum), "rows": rows_done}
+        if spec.use_gpu:
+            mine["cuda_rng"] = torch.cuda.get_rng_state(device)
+        ranks: List[Any] = [None] * world
+        dist.all_gather_object(ranks, mine)
+        if rank == 0:
+            store.save(epoch, {"epoch": epoch, "step": step, "ranks": ranks,
+                               "layout": layout.sizes, "model": module.state_dict(),
+                               "optimizer": optimizer.state_dict(), "history": history,
+                               "rows_per_epoch": rows_per_epoch, "fingerprint": fingerprint,
+                               "validation": validation}, step=step)
+
+    every_steps = spec.checkpoint_interval if spec.checkpoint_unit == "step" else None
     stopped = False
     if validating and not validation["history"]:
         stopped = validate(start)
     timings: List[float] = []
     for epoch in range(start, start if stopped else spec.epochs):
-        if spec.fail_epoch == epoch and spec.fail_rank == rank and start == 0:
+        fresh = state is None  # injected failures hit the first attempt only
+        if spec.fail_epoch == epoch and spec.fail_rank == rank and fresh \
+                and spec.fail_batch is None:
             raise TorchTrainingError(f"injected failure: rank {rank}, epoch {epoch}")
         started = time.perf_counter()
-        torch.manual_seed(hash((spec.seed, epoch, rank)) & 0x7FFFFFFF)
+        first = start_step if epoch == start else 0
+        if first:  # mid-epoch: where this rank's RNG and sums were
+            torch.set_rng_state(position["rng"])
+            if spec.use_gpu:
+                torch.cuda.set_rng_state(position["cuda_rng"], device)
+        else:
+            torch.manual_seed(hash((spec.seed, epoch, rank)) & 0x7FFFFFFF)
         order = np.random.default_rng([spec.seed, epoch, rank]).permutation(len(X))
         model.train()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        for step in range(steps):
+        loss_sum = torch.tensor(position["loss_sum"] if first else 0.0, dtype=torch.float64,
+                                device=device)
+        rows_done = position["rows"] if first else 0
+        for step in range(first, steps):
+            if (spec.fail_batch == step and spec.fail_epoch == epoch
+                    and spec.fail_rank == rank and fresh):
+                if spec.fail_kill:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise TorchTrainingError(f"injected failure: rank {rank}, epoch {epoch}, "
+                                         f"step {step}")
             rows = step_rows(order, offset, steps, step)
             share = len(rows) / global_batch_size(total, steps, step)
             index = torch.as_tensor(rows if len(rows) else np.zeros(1, np.int64), device=device)
@@ -268,7 +328,19 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
             (loss * (world * share)).backward()
             optimizer.step()
             loss_sum += loss.detach().to(torch.float64) * len(rows)
+            rows_done += len(rows)
+            if reporter is not None:
+                reporter.rows += global_batch_size(total, steps, step)
+                if reporter.due(step + 1, steps):
+                    reporter.send(epoch, step + 1, steps, spec.epochs,
+                                  float(loss_sum) / max(rows_done, 1), epoch_end=False)
+            if (store is not None and every_steps and step + 1 < steps
+                    and (epoch * steps + step + 1) % every_steps == 0):
+                save_mid_epoch(epoch, step + 1, loss_sum, rows_done)
         dist.all_reduce(loss_sum)
+        rows_seen = torch.tensor(rows_done, dtype=torch.int64, device=device)
+        dist.all_reduce(rows_seen)
+        rows_per_epoch.append(int(rows_seen))
         epoch_loss = float(loss_sum) / total
         if not math.isfinite(epoch_loss):
             raise TorchTrainingError(f"training loss became {epoch_loss} in epoch {epoch + 1}; "
@@ -278,19 +350,24 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
         if rank == 0:
             logger.info("TorchEstimator epoch %d/%d loss %.6g", epoch + 1, spec.epochs,
                         epoch_loss)
+        if reporter is not None:
+            reporter.send(epoch, steps, steps, spec.epochs, epoch_loss, epoch_end=True)
         stopped = validating and validate(epoch + 1)
         if rank == 0:
             done = epoch + 1
-            if store is not None and (done % spec.checkpoint_interval == 0
-                                      or done == spec.epochs or stopped):
+            due = (done * steps) % every_steps == 0 if every_steps else \
+                done % spec.checkpoint_interval == 0
+            if store is not None and (due or done == spec.epochs or stopped):
                 store.save(done, {"epoch": done, "model": module.state_dict(),
                                   "optimizer": optimizer.state_dict(), "history": history,
+                                  "rows_per_epoch": rows_per_epoch,
                                   "fingerprint": fingerprint, "validation": validation})
         if stopped:
             break
     if validating and validation["best_state"] is not None:
         module.load_state_dict(validation["best_state"])
     return {"module": module, "history": history, "start": start, "timings": timings,
+            "start_step": start_step, "rows_per_epoch": rows_per_epoch,
             "rows": total, "steps": steps, "width": width,
             "validation": validation["history"], "best_epoch": validation["best_epoch"]}
 
@@ -336,15 +413,26 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
         if any(problems):
             yield _result_batch(rank, None, [], {"user_error": next(p for p in problems if p)})
             return
-        with process_group(spec.use_gpu) as group:
-            result = train_rank(spec, group, layout, X, y, X_held, y_held)
+        reporter = None
+        if rank == 0:
+            from gradspark.trainer.torch_progress import ProgressReporter
+
+            reporter = ProgressReporter(spec.progress_address, spec.progress_secret,
+                                        spec.progress_interval, context.attemptNumber())
+        try:
+            with process_group(spec.use_gpu) as group:
+                result = train_rank(spec, group, layout, X, y, X_held, y_held, reporter)
+        finally:
+            if reporter is not None:
+                reporter.close()
         state = None
         if group.rank == 0:
             buffer = io.BytesIO()
             torch.save({k: v.cpu() for k, v in result["module"].state_dict().items()}, buffer)
             state = buffer.getvalue()
         info = {k: result[k] for k in ("start", "timings", "rows", "steps", "width",
-                                       "validation", "best_epoch")}
+                                       "validation", "best_epoch", "start_step",
+                                       "rows_per_epoch")}
         info["pid"] = os.getpid()
         yield _result_batch(group.rank, state, result["history"], info)
 

@@ -22,7 +22,8 @@ class Progress:
     (yet) overflowed. An overflow is an error (``FloatingPointError``) elsewhere.
     """
 
-    def __init__(self, total: int, label: str, stream: Optional[IO[str]] = None) -> None:
+    def __init__(self, total: int, label: str, stream: Optional[IO[str]] = None,
+                 watch: bool = True) -> None:
         self.total = max(total, 1)
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
@@ -31,10 +32,15 @@ class Progress:
         self.first: Optional[float] = None
         self.last: Optional[float] = None
         self.rising = 0
-        self.warned = False
+        self.warned = not watch  # (the rising-loss warning's advice is the linear models')
 
-    def update(self, step: int, loss: float) -> None:
-        logger.info("%s step %d/%d loss %.10g", self.label, step, self.total, loss)
+    def update(self, step: int, loss: float, detail: str = "") -> None:
+        """``detail``: more of the same line (logged and drawn after the loss)."""
+        if detail:
+            logger.info("%s step %d/%d loss %.10g%s", self.label, step, self.total, loss,
+                        detail)
+        else:
+            logger.info("%s step %d/%d loss %.10g", self.label, step, self.total, loss)
         self._watch(step, loss)
         if self.interactive:
             done = min(step, self.total)
@@ -42,7 +48,7 @@ class Progress:
             elapsed = time.monotonic() - self.started
             self.stream.write(
                 f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] "
-                f"{done}/{self.total} loss={loss:.6g} {elapsed:.1f}s"
+                f"{done}/{self.total} loss={loss:.6g} {elapsed:.1f}s{detail}"
             )
             self.stream.flush()
 
