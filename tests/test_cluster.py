@@ -79,6 +79,16 @@ def test_torch_rank_killed_mid_epoch_resumes_at_the_next_unseen_batch():
     assert result["rows_per_epoch"] == result["retried_rows_per_epoch"] == [result["rows"]] * 4
 
 
+def test_only_the_training_stage_holds_gpus_by_stage_level_scheduling():
+    # Executors own one (fake) GPU each, tasks ask for none by default: the barrier
+    # stage's TaskResourceProfile gives each task a GPU, the stage before holds none,
+    # and the slot check counts GPU slots under that profile.
+    result = run_job("gpu_profile_job.py")
+    assert result["profile"] and result["etl"] == ["", ""]
+    assert result["training"] == ["0", "0"]
+    assert "only 2 tasks of one GPU each (stage-level)" in result["too_many"]
+
+
 def test_resident_tree_of_depth_three_survives_a_failed_node():
     result = run_job("resident_tree_job.py")
     assert result["workers"] == 4 and result["depth"] == 3

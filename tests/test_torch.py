@@ -187,6 +187,43 @@ def test_progress_reaches_the_driver_while_the_stage_runs(spark, digits_data, ca
     assert ends[0].created < ends[-1].created - 0.5 * model.summary.epochSeconds[-1]
 
 
+def test_fsdp_shards_the_model_and_takes_ddp_s_steps(spark, digits_data, tmp_path):
+    train = digits_data[0].limit(400)
+
+    def fit(strategy, workers, epochs, directory):
+        return TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), numWorkers=workers,
+                              epochs=epochs, batchSize=32, labelDtype="int64", seed=3,
+                              strategy=strategy, checkpointDir=str(tmp_path / directory),
+                              progressInterval=-1).fit(train)
+
+    ddp, fsdp = fit("ddp", 2, 3, "ddp"), fit("fsdp", 2, 3, "fsdp")
+    assert fsdp.summary.strategy == "fsdp"
+    np.testing.assert_allclose(fsdp.summary.lossHistory, ddp.summary.lossHistory, rtol=1e-6)
+    theirs = state_arrays(ddp.module())
+    for name, value in state_arrays(fsdp.module()).items():
+        np.testing.assert_allclose(value, theirs[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    # Sharding: digits_mlp has 64*32+32 + 32*10+10 = 2410 float32 parameters; each Linear
+    # is split by rows over the 2 ranks, so rank 0 holds exactly half of them and of
+    # Adam's two moments.
+    assert ddp.summary.parameterBytesPerRank == 2410 * 4
+    assert fsdp.summary.parameterBytesPerRank == 2410 * 4 // 2
+    assert ddp.summary.optimizerStateBytesPerRank == 2 * 2410 * 4
+    assert fsdp.summary.optimizerStateBytesPerRank == 2410 * 4
+    # A checkpoint written by 2 FSDP ranks loads into 1 rank exactly (it is saved whole)
+    # and trains on; other ranks deal other batches, so epoch 3 is close, not equal.
+    two = fit("fsdp", 2, 2, "resume")
+    loaded = fit("fsdp", 1, 2, "resume")
+    assert loaded.summary.resumedFromEpoch == 2
+    for name, value in state_arrays(loaded.module()).items():
+        np.testing.assert_array_equal(value, state_arrays(two.module())[name], err_msg=name)
+    resumed = fit("fsdp", 1, 3, "resume")
+    assert resumed.summary.lossHistory[:2] == two.summary.lossHistory
+    assert resumed.summary.lossHistory[2] == pytest.approx(fsdp.summary.lossHistory[2],
+                                                           rel=2e-3)
+    with pytest.raises(ValueError, match="strategy"):
+        fit("ddp", 2, 4, "resume")  # its optimizer state is FSDP's
+
+
 def test_worker_error_surfaces_its_traceback(spark, digits_data):
     def broken_loss(output, target):
         raise ArithmeticError("loss exploded on purpose")
@@ -222,7 +259,14 @@ def test_gpu_conf_and_device_checks_name_the_problem(spark):
     with pytest.raises(ValueError, match="amount >= 1, got 0.5"):
         check_gpu_conf(SparkConf(loadDefaults=False).set("spark.task.resource.gpu.amount",
                                                          "0.5"))
-    check_gpu_conf(SparkConf(loadDefaults=False).set("spark.task.resource.gpu.amount", "1"))
+    assert check_gpu_conf(SparkConf(loadDefaults=False).set("spark.task.resource.gpu.amount",
+                                                            "1"))
+    # Executors own GPUs, tasks ask for none: the training stage asks (stage-level
+    # scheduling; tests/test_cluster.py runs it), which local masters cannot do.
+    executors_only = SparkConf(loadDefaults=False).set("spark.executor.resource.gpu.amount", "1")
+    assert check_gpu_conf(executors_only, "spark://host:7077") is False
+    with pytest.raises(ValueError, match="stage-level scheduling, which local masters lack"):
+        check_gpu_conf(executors_only, "local[2]")
     assert duplicate_devices(["a/0", "a/1", "b/0"]) is None
     assert duplicate_devices(["a/0", "b/0", "a/0"]) == "ranks 0 and 2 were both given GPU a/0"
 
@@ -251,7 +295,8 @@ def test_bad_input_is_named(spark):
                        featuresCol="y", labelCol="y").fit(df)
 
 
-def test_validation_split_stops_at_the_best_epoch(spark):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_validation_split_stops_at_the_best_epoch(spark, strategy):
     """validationIndicatorCol: held-out rows are measured before training and after every
     epoch; the fit stops by MLlib's rule and keeps the best epoch, which is the
     single-process full-batch run on the training rows stopped there."""
@@ -261,7 +306,7 @@ def test_validation_split_stops_at_the_best_epoch(spark):
                                 for x, t, h in zip(X, y, held)], ["features", "label", "held"])
     model = TorchEstimator(small_regressor, torch.nn.MSELoss(), sgd(0.2), numWorkers=2,
                            batchSize=1000, epochs=300, seed=5, validationIndicatorCol="held",
-                           validationTol=0.005).fit(df)
+                           validationTol=0.005, strategy=strategy).fit(df)
     s = model.summary
     history = s.validationHistory
     assert len(history) - 1 == len(s.lossHistory) < 300

@@ -3,8 +3,13 @@
 Starts local-cluster[1,N,4096N]: one worker and executor that own all N GPUs
 (the discovery script reports every GPU of the machine, so N workers of one
 GPU each would all take GPU 0), N task slots of one GPU each through Spark's
-resource scheduling; trains the digits MLP with useGpu=True, checks accuracy,
-and prints timings next to the same fit with gloo on the CPU.
+resource scheduling; trains the digits MLP with useGpu=True, DDP and FSDP,
+checks accuracy and that FSDP's losses follow DDP's, and prints timings next
+to the same fits with gloo on the CPU.
+
+``--stage-level``: tasks ask for no GPU by default (no
+spark.task.resource.gpu.amount); the training stage takes one per task through
+its ResourceProfile, and the fits must still run on every GPU.
 """
 
 import os
@@ -26,25 +31,34 @@ print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}, 
 if gpus == 0:
     sys.exit("no GPU visible to torch: nothing to check")
 script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "discover_gpus.sh")
-spark = (SparkSession.builder.master(f"local-cluster[1,{gpus},{4096 * gpus}]")
-         .config("spark.ui.enabled", "false")
-         .config("spark.worker.resource.gpu.amount", str(gpus))
-         .config("spark.worker.resource.gpu.discoveryScript", script)
-         .config("spark.executor.resource.gpu.amount", str(gpus))
-         .config("spark.task.resource.gpu.amount", "1").getOrCreate())
+stage_level = "--stage-level" in sys.argv
+builder = (SparkSession.builder.master(f"local-cluster[1,{gpus},{4096 * gpus}]")
+           .config("spark.ui.enabled", "false")
+           .config("spark.worker.resource.gpu.amount", str(gpus))
+           .config("spark.worker.resource.gpu.discoveryScript", script)
+           .config("spark.executor.resource.gpu.amount", str(gpus)))
+if not stage_level:
+    builder = builder.config("spark.task.resource.gpu.amount", "1")
+spark = builder.getOrCreate()
+print("GPUs per task:", "training stage only (stage-level)" if stage_level else "every task")
 spark.sparkContext.setLogLevel("ERROR")
 train, test, X_test, y_test = digits(spark)
-for use_gpu in (True, False):
+losses = {}
+for use_gpu, strategy in ((True, "ddp"), (True, "fsdp"), (False, "ddp"), (False, "fsdp")):
     estimator = TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), numWorkers=gpus,
                                batchSize=64, epochs=12, learningRate=0.01, labelDtype="int64",
-                               useGpu=use_gpu)
+                               useGpu=use_gpu, strategy=strategy)
     started = time.perf_counter()
     model = estimator.fit(train)
     wall = time.perf_counter() - started
     accuracy = np.mean([r.prediction == r.label for r in model.transform(test).collect()])
-    print(f"{'nccl' if use_gpu else 'gloo'}: {gpus} ranks, fit {wall:.1f} s, median epoch "
+    losses[use_gpu, strategy] = model.summary.lossHistory
+    print(f"{'nccl' if use_gpu else 'gloo'} {strategy}: {gpus} ranks, fit {wall:.1f} s, "
+          f"{model.summary.parameterBytesPerRank} parameter bytes per rank, median epoch "
           f"{np.median(model.summary.epochSeconds):.3f} s, final loss "
           f"{model.summary.lossHistory[-1]:.4f}, test accuracy {accuracy:.3f}")
     assert accuracy >= 0.94, accuracy
+for use_gpu in (True, False):  # the same steps, sharded or not (float32, other reductions)
+    np.testing.assert_allclose(losses[use_gpu, "fsdp"], losses[use_gpu, "ddp"], rtol=1e-4)
 spark.stop()
 print("GPU CHECKS PASSED")

@@ -7,3 +7,4 @@ PY=${PY:-python3}
 nvidia-smi --query-gpu=index,name,memory.total --format=csv
 "$PY" -c "import torch, pyspark, sklearn" 2>/dev/null || "$PY" -m pip install -q -e '.[dev,torch]'
 "$PY" tests/gpu/gpu_check.py
+"$PY" tests/gpu/gpu_check.py --stage-level

@@ -52,6 +52,7 @@ from gradspark.persistence import DataFrameWriter
 from gradspark.ps import ParameterServer
 from gradspark.report import LossCurve
 from gradspark.trainer.barrier import require_task_slots
+from gradspark.trainer.parallelism import STRATEGIES
 from gradspark.trainer.torch_progress import ProgressReports
 from gradspark.trainer.ddp import (
     RESULT_SCHEMA,
@@ -101,6 +102,12 @@ class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
         "checkpoint records each rank's position in its shuffled rows and its RNG state, so "
         "a killed run resumes at the next unseen batch)",
         typeConverter=_one_of("checkpointUnit", CHECKPOINT_UNITS))
+    strategy: Param[str] = Param(
+        Params._dummy(), "strategy",
+        "how the ranks hold the model: 'ddp' (replicated, gradients all-reduced) or 'fsdp' "
+        "(torch's fully-sharded data parallel: each rank holds 1/numWorkers of the "
+        "parameters, gradients and optimizer state)",
+        typeConverter=_one_of("strategy", STRATEGIES))
     progressInterval: Param[int] = Param(
         Params._dummy(), "progressInterval",
         "rank 0 reports its loss, rows/s and the time left to the driver every this many "
@@ -113,7 +120,8 @@ class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
         self._setDefault(numWorkers=1, useGpu=False, batchSize=64, epochs=10,
                          learningRate=1e-3, labelDtype="float32", inferenceBatchSize=1024,
                          seed=0, checkpointDir="", checkpointInterval=1, keepCheckpoints=2,
-                         resume=True, checkpointUnit="epoch", progressInterval=50)
+                         resume=True, checkpointUnit="epoch", progressInterval=50,
+                         strategy="ddp")
 
     def getNumWorkers(self) -> int:
         return self.getOrDefault(self.numWorkers)
@@ -139,6 +147,9 @@ class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
     def getCheckpointUnit(self) -> str:
         return self.getOrDefault(self.checkpointUnit)
 
+    def getStrategy(self) -> str:
+        return self.getOrDefault(self.strategy)
+
     def getProgressInterval(self) -> int:
         return self.getOrDefault(self.progressInterval)
 
@@ -163,6 +174,10 @@ class TorchTrainingSummary(LossCurve):
     resumedFromStep: int = 0  # steps into epoch resumedFromEpoch + 1 (mid-epoch checkpoint)
     rowsPerEpoch: List[int] = field(default_factory=list)  # rows trained on, all ranks
     progressReports: int = 0  # live reports that reached the driver during the stage
+    strategy: str = "ddp"
+    # What rank 0 held at the end (FSDP: its shards), in bytes
+    parameterBytesPerRank: int = 0
+    optimizerStateBytesPerRank: int = 0
 
     @property
     def objectiveHistory(self) -> List[float]:
@@ -207,7 +222,8 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
     optimizer_fn : callable (parameters) -> torch.optim.Optimizer, optional
         Default: Adam with ``learningRate``.
     **params
-        Any Param: ``numWorkers``, ``useGpu``, ``batchSize`` (global), ``epochs``,
+        Any Param: ``numWorkers``, ``useGpu``, ``strategy`` (``"ddp"`` or ``"fsdp"``),
+        ``batchSize`` (global), ``epochs``,
         ``labelDtype``, ``featuresCol``, ``labelCol``, ``predictionCol``,
         ``rawPredictionCol``, ``seed``, ``checkpointDir`` (local or mounted
         path, ``hdfs://``, ``s3://``, ``gs://``; reachable from the executors),
@@ -249,6 +265,8 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         # another size (same maths, other float summation order).
         fingerprint = {"estimator": "TorchEstimator", "batchSize": self.getBatchSize(),
                        "seed": self.getSeed(), "labelDtype": self.getLabelDtype()}
+        if self.getStrategy() != "ddp":  # the optimizer state's format differs
+            fingerprint["strategy"] = self.getStrategy()
         if self.getValidationIndicatorCol():  # (absent otherwise: older checkpoints resume)
             fingerprint["validation"] = [self.getValidationIndicatorCol(),
                                          self.getValidationTol()]
@@ -266,9 +284,11 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         state = store.load_latest()
         if state is not None:
             mine = self._fingerprint()
-            theirs = {k: state["fingerprint"].get(k) for k in mine}
-            if theirs != mine:
-                changed = sorted(k for k in mine if mine[k] != theirs[k])
+            # (rows and features are the ranks' to check: the driver does not count them)
+            keys = set(mine) | set(state["fingerprint"]) - {"rows", "features"}
+            theirs = {k: state["fingerprint"].get(k) for k in keys}
+            if theirs != {k: mine.get(k) for k in keys}:
+                changed = sorted(k for k in keys if mine.get(k) != theirs[k])
                 raise ValueError(
                     f"cannot resume from {directory}: its checkpoint was written with other "
                     f"{', '.join(changed)} ({theirs}); use another checkpointDir or "
@@ -291,7 +311,7 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             label_dtype=self.getLabelDtype(), batch_size=self.getBatchSize(),
             epochs=self.getEpochs(), seed=self.getSeed(), use_gpu=self.getUseGpu(),
             checkpoint_dir=checkpoint_dir, checkpoint_interval=self.getCheckpointInterval(),
-            checkpoint_unit=self.getCheckpointUnit(),
+            checkpoint_unit=self.getCheckpointUnit(), strategy=self.getStrategy(),
             keep_checkpoints=self.getKeepCheckpoints(), fingerprint=self._fingerprint(),
             validation_tol=(self.getValidationTol() if self.getValidationIndicatorCol()
                             else None),
@@ -316,14 +336,17 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
     def _fit(self, dataset: DataFrame) -> "TorchModel":
         self._validate()
         context = context_of(dataset)
-        require_task_slots(context, self.getNumWorkers(), self.getUseGpu())
+        # GPUs held by the training stage only, when executors own GPUs but tasks ask
+        # for none (stage-level scheduling; None: every task already holds one, or CPU)
+        profile = require_task_slots(context, self.getNumWorkers(), self.getUseGpu())
         reports, server, spec = self._progress_channel(
             context, self._spec(self._prepare_checkpoints()))
         columns = training_columns(dataset, self.getFeaturesCol(), self.getLabelCol(),
                                    self.getValidationIndicatorCol())
         started = time.perf_counter()
         stage = (columns.repartition(self.getNumWorkers())
-                 .mapInArrow(partition_trainer(spec), RESULT_SCHEMA, barrier=True)
+                 .mapInArrow(partition_trainer(spec), RESULT_SCHEMA, barrier=True,
+                             profile=profile)
                  .repartition(1))
         try:
             rows = stage.collect()
@@ -354,7 +377,9 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             validationHistory=info["validation"],
             bestEpoch=info["best_epoch"] if info["validation"] else None,
             resumedFromStep=info["start_step"], rowsPerEpoch=info["rows_per_epoch"],
-            progressReports=len(reports.reports) if reports is not None else 0)
+            progressReports=len(reports.reports) if reports is not None else 0,
+            strategy=info["strategy"], parameterBytesPerRank=info["parameterBytes"],
+            optimizerStateBytesPerRank=info["optimizerStateBytes"])
         logger.info("TorchEstimator: %d ranks, %d epochs (from %d), final loss %s, %.1f s",
                     len(rows), self.getEpochs(), info["start"],
                     first.history[-1] if first.history else None, wall)

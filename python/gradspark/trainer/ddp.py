@@ -73,6 +73,7 @@ class TorchTrainSpec:
     checkpoint_dir: Optional[str] = None
     checkpoint_interval: int = 1
     checkpoint_unit: str = "epoch"  # what checkpoint_interval counts: epochs or steps
+    strategy: str = "ddp"  # gradspark.trainer.parallelism
     keep_checkpoints: int = 2
     fingerprint: Dict[str, Any] = field(default_factory=dict)
     # validationIndicatorCol: held-out rows' loss after every epoch, MLlib's GBT stopping
@@ -190,11 +191,18 @@ def validation_loss(spec: TorchTrainSpec, module, features, labels, device) -> f
     import torch.distributed as dist
 
     totals = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, rows
+    # Every rank runs as many forward passes as the rank with the most rows: under
+    # FSDP a forward pass gathers parameters, a collective every rank must join.
+    chunks = torch.tensor(math.ceil(len(features) / spec.batch_size), device=device)
+    dist.all_reduce(chunks, op=dist.ReduceOp.MAX)
     module.eval()
     with torch.no_grad():
-        for first in range(0, len(features), spec.batch_size):
-            chunk = slice(first, first + spec.batch_size)
+        for index in range(int(chunks)):
+            chunk = slice(index * spec.batch_size, (index + 1) * spec.batch_size)
             rows = len(features[chunk])
+            if not rows:
+                _user_call("model forward", module, features[chunk])
+                continue
             loss = _batch_loss(spec, module, features[chunk], labels[chunk])
             totals[0] += loss.to(torch.float64) * rows
             totals[1] += rows
@@ -211,7 +219,7 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
     :class:`gradspark.trainer.torch_progress.ProgressReporter`."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
+    from gradspark.trainer.parallelism import parallelism
 
     rank, world, device = group.rank, group.world_size, group.device
     total, width = layout.total, layout.width
@@ -224,7 +232,8 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
 
     torch.manual_seed(spec.seed)
     module = _user_call("model_fn", spec.model_fn).to(device)
-    model = DistributedDataParallel(module, device_ids=[device.index] if spec.use_gpu else None)
+    strategy = parallelism(spec.strategy)
+    model = strategy.wrap(module, device, spec.use_gpu, world)
     optimizer = _user_call("optimizer_fn", spec.optimizer_fn, model.parameters())
 
     store = (EpochCheckpoints(spec.checkpoint_dir, spec.keep_checkpoints)
@@ -248,8 +257,7 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
                 f"the checkpoint in {spec.checkpoint_dir} was written by another run "
                 f"({state['fingerprint']}); this run is {fingerprint}: use another "
                 f"checkpointDir or resume=False")
-        module.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        strategy.load(model, module, optimizer, state["model"], state["optimizer"])
         history, start = list(state["history"]), int(state["epoch"])
         rows_per_epoch = list(state.get("rows_per_epoch", []))
         start_step = int(state.get("step", 0))
@@ -272,8 +280,8 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
         validation["history"].append(loss)
         stop = validation["best_loss"] - loss < spec.validation_tol * max(loss, 0.01)
         if loss < validation["best_loss"]:
-            validation.update(best_loss=loss, best_epoch=epochs_done, best_state={
-                k: v.detach().cpu().clone() for k, v in module.state_dict().items()})
+            validation.update(best_loss=loss, best_epoch=epochs_done,
+                              best_state=strategy.model_state(model, module))
         return stop
 
     def save_mid_epoch(epoch: int, step: int, loss_sum, rows_done: int) -> None:
@@ -283,10 +291,11 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
             mine["cuda_rng"] = torch.cuda.get_rng_state(device)
         ranks: List[Any] = [None] * world
         dist.all_gather_object(ranks, mine)
+        model_state, optimizer_state = strategy.full_state(model, module, optimizer)
         if rank == 0:
             store.save(epoch, {"epoch": epoch, "step": step, "ranks": ranks,
-                               "layout": layout.sizes, "model": module.state_dict(),
-                               "optimizer": optimizer.state_dict(), "history": history,
+                               "layout": layout.sizes, "model": model_state,
+                               "optimizer": optimizer_state, "history": history,
                                "rows_per_epoch": rows_per_epoch, "fingerprint": fingerprint,
                                "validation": validation}, step=step)
 
@@ -353,20 +362,25 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
         if reporter is not None:
             reporter.send(epoch, steps, steps, spec.epochs, epoch_loss, epoch_end=True)
         stopped = validating and validate(epoch + 1)
-        if rank == 0:
-            done = epoch + 1
-            due = (done * steps) % every_steps == 0 if every_steps else \
-                done % spec.checkpoint_interval == 0
-            if store is not None and (due or done == spec.epochs or stopped):
-                store.save(done, {"epoch": done, "model": module.state_dict(),
-                                  "optimizer": optimizer.state_dict(), "history": history,
+        done = epoch + 1
+        due = (done * steps) % every_steps == 0 if every_steps else \
+            done % spec.checkpoint_interval == 0
+        if store is not None and (due or done == spec.epochs or stopped):
+            model_state, optimizer_state = strategy.full_state(model, module, optimizer)
+            if rank == 0:
+                store.save(done, {"epoch": done, "model": model_state,
+                                  "optimizer": optimizer_state, "history": history,
                                   "rows_per_epoch": rows_per_epoch,
                                   "fingerprint": fingerprint, "validation": validation})
         if stopped:
             break
+    held = strategy.bytes_per_rank(module, optimizer)
     if validating and validation["best_state"] is not None:
-        module.load_state_dict(validation["best_state"])
-    return {"module": module, "history": history, "start": start, "timings": timings,
+        final_state = validation["best_state"]
+    else:
+        final_state = strategy.model_state(model, module)
+    return {"state": final_state if rank == 0 else None, "history": history, "start": start,
+            "timings": timings, "strategy": strategy.name, **held,
             "start_step": start_step, "rows_per_epoch": rows_per_epoch,
             "rows": total, "steps": steps, "width": width,
             "validation": validation["history"], "best_epoch": validation["best_epoch"]}
@@ -428,11 +442,12 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
         state = None
         if group.rank == 0:
             buffer = io.BytesIO()
-            torch.save({k: v.cpu() for k, v in result["module"].state_dict().items()}, buffer)
+            torch.save(result["state"], buffer)
             state = buffer.getvalue()
         info = {k: result[k] for k in ("start", "timings", "rows", "steps", "width",
                                        "validation", "best_epoch", "start_step",
-                                       "rows_per_epoch")}
+                                       "rows_per_epoch", "strategy", "parameterBytes",
+                                       "optimizerStateBytes")}
         info["pid"] = os.getpid()
         yield _result_batch(group.rank, state, result["history"], info)
 
