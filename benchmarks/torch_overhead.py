@@ -1,18 +1,23 @@
 """What TorchEstimator costs over the same training loop run by hand.
 
 One run, the same data (synthetic, ROWS x 64 float32, 10 classes), the same
-MLP, optimizer and global batch, three ways:
+MLP, optimizer and global batch, for each ``--strategies`` (ddp, fsdp):
 
 * ``single``: one process, a plain loop over shuffled mini-batches;
-* ``mp-gloo``: torch.multiprocessing, 2 ranks, DDP over gloo, each rank
-  holding half the rows (the hand-written equivalent of 2 Spark workers);
-* ``TorchEstimator``: numWorkers=2 on local[2].
+* ``mp-gloo``: torch.multiprocessing, 2 ranks over gloo, each rank holding
+  half the rows (the hand-written equivalent of 2 Spark workers);
+* ``TorchDistributor``: pyspark's ``TorchDistributor(num_processes=2,
+  local_mode=False)`` running that same per-rank function in a barrier stage
+  of the same local[2] session (it starts ``torchrun`` in each task; the
+  function makes its own data, as a TorchDistributor user's reads files);
+* ``TorchEstimator``: numWorkers=2 on local[2], the data a cached DataFrame.
 
-Per-epoch times are medians over EPOCHS epochs; the TorchEstimator fit time
-also counts what only it pays (repartition, Arrow conversion, barrier
-stage, rendezvous, returning the weights). Prints ratios against mp-gloo.
+Per-epoch times are medians over EPOCHS epochs. "overhead" is a whole run's
+wall time minus its (slowest rank's) epochs: process start, rendezvous, data
+loading or Arrow conversion, returning the weights. Prints the whole-run and
+overhead ratios of TorchEstimator against TorchDistributor and mp-gloo.
 
-    python benchmarks/torch_overhead.py [--rows 200000] [--epochs 3]
+    python benchmarks/torch_overhead.py [--rows 200000] [--epochs 3] [--strategies ddp fsdp]
 """
 
 from __future__ import annotations
@@ -61,16 +66,27 @@ def epochs_of(model, X, y, batch: int, epochs: int, seed: int):
     return times
 
 
-def gloo_rank(rank: int, world: int, rows: int, epochs: int, port: int, results) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def rank_loop(rows: int, epochs: int, strategy: str):
+    """One rank's run once torch.distributed's environment is set: its epoch times."""
+    from gradspark.trainer.parallelism import parallelism
+
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
     X, y = make_data(rows)
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(make_model())
+    model = parallelism(strategy).wrap(make_model(), torch.device("cpu"), False, world)
     times = epochs_of(model, X[rank::world], y[rank::world], BATCH // world, epochs, rank)
+    dist.barrier()  # FSDP's last collectives done on both ranks before the group goes
     dist.destroy_process_group()
-    results.put((rank, times))
+    return times
+
+
+def gloo_rank(rank: int, world: int, rows: int, epochs: int, port: int, strategy: str,
+              results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    results.put((rank, rank_loop(rows, epochs, strategy)))
 
 
 def free_port() -> int:
@@ -81,8 +97,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_spark(rows: int, epochs: int):
+def run_spark(rows: int, epochs: int, strategies):
+    """{strategy: ((epoch seconds, wall) of TorchEstimator, (same) of TorchDistributor)}."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.ml.torch.distributor import TorchDistributor
     from pyspark.sql import SparkSession
 
     from gradspark import TorchEstimator
@@ -95,51 +113,60 @@ def run_spark(rows: int, epochs: int):
     df = spark.createDataFrame([(x.tolist(), float(t)) for x, t in zip(X, y)],
                                "features array<float>, label double").repartition(2).cache()
     df.count()
-    estimator = TorchEstimator(make_model, torch.nn.CrossEntropyLoss(), numWorkers=2,
-                               batchSize=BATCH, epochs=epochs, labelDtype="int64")
-    estimator.fit(df.limit(1000))  # warm the Python workers and torch imports
-    started = time.perf_counter()
-    model = estimator.fit(df)
-    wall = time.perf_counter() - started
+    out = {}
+    for strategy in strategies:
+        estimator = TorchEstimator(make_model, torch.nn.CrossEntropyLoss(), numWorkers=2,
+                                   batchSize=BATCH, epochs=epochs, labelDtype="int64",
+                                   strategy=strategy)
+        estimator.fit(df.limit(1000))  # warm the Python workers and torch imports
+        started = time.perf_counter()
+        model = estimator.fit(df)
+        ours = model.summary.epochSeconds, time.perf_counter() - started
+        distributor = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False)
+        started = time.perf_counter()
+        times = distributor.run(rank_loop, rows, epochs, strategy)  # rank 0's epochs
+        out[strategy] = ours, (times, time.perf_counter() - started)
     spark.stop()
-    return model.summary.epochSeconds, wall
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--strategies", nargs="+", default=["ddp", "fsdp"])
     args = parser.parse_args()
     X, y = make_data(args.rows)
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    single = epochs_of(make_model(), X, y, BATCH, args.epochs, 0)
-
-    context = mp.get_context("spawn")
-    results = context.SimpleQueue()
-    started = time.perf_counter()
-    mp.start_processes(gloo_rank, args=(2, args.rows, args.epochs, free_port(), results),
-                       nprocs=2, start_method="spawn")
-    gloo_wall = time.perf_counter() - started
-    gloo = dict(results.get() for _ in range(2))
-    gloo_epoch = statistics.median(max(a, b) for a, b in zip(gloo[0], gloo[1]))
-
-    spark_epochs, spark_wall = run_spark(args.rows, args.epochs)
-    spark_epoch = statistics.median(spark_epochs)
-    single_epoch = statistics.median(single)
-
+    single = statistics.median(epochs_of(make_model(), X, y, BATCH, args.epochs, 0))
+    spark_runs = run_spark(args.rows, args.epochs, args.strategies)
     print(f"{args.rows} x {FEATURES}, MLP 64-128-10, Adam, global batch {BATCH}, "
-          f"{args.epochs} epochs, medians")
-    print(f"{'':34s}{'epoch s':>10s}{'vs mp-gloo':>12s}")
-    print(f"{'single process (1 thread)':34s}{single_epoch:10.3f}{single_epoch / gloo_epoch:12.2f}")
-    print(f"{'mp-gloo, 2 ranks':34s}{gloo_epoch:10.3f}{1.0:12.2f}")
-    print(f"{'TorchEstimator, 2 ranks (in loop)':34s}{spark_epoch:10.3f}"
-          f"{spark_epoch / gloo_epoch:12.2f}")
-    print(f"whole run: mp-gloo {gloo_wall:.2f} s (incl. spawn), TorchEstimator fit "
-          f"{spark_wall:.2f} s; fit overhead beyond its epochs "
-          f"{spark_wall - sum(spark_epochs):.2f} s, ratio of whole runs "
-          f"{spark_wall / gloo_wall:.2f}")
+          f"{args.epochs} epochs, medians; single process (1 thread): {single:.3f} s/epoch")
+    print(f"| strategy | run | epoch s | whole run s | overhead s |")
+    print("| --- | --- | --- | --- | --- |")
+    for strategy in args.strategies:
+        context = mp.get_context("spawn")
+        results = context.SimpleQueue()
+        started = time.perf_counter()
+        mp.start_processes(gloo_rank, args=(2, args.rows, args.epochs, free_port(), strategy,
+                                            results), nprocs=2, start_method="spawn")
+        gloo_wall = time.perf_counter() - started
+        gloo = dict(results.get() for _ in range(2))
+        gloo_epochs = [max(a, b) for a, b in zip(gloo[0], gloo[1])]
+        (ours, ours_wall), (theirs, theirs_wall) = spark_runs[strategy]
+        runs = {"mp-gloo": (gloo_epochs, gloo_wall), "TorchDistributor": (theirs, theirs_wall),
+                "TorchEstimator": (ours, ours_wall)}
+        overhead = {name: wall - sum(epochs) for name, (epochs, wall) in runs.items()}
+        for name, (epochs, wall) in runs.items():
+            print(f"| {strategy} | {name} | {statistics.median(epochs):.3f} | {wall:.2f} | "
+                  f"{overhead[name]:.2f} |")
+        print(f"{strategy}: TorchEstimator / TorchDistributor: whole run "
+              f"{ours_wall / theirs_wall:.2f}x, overhead "
+              f"{overhead['TorchEstimator'] / overhead['TorchDistributor']:.2f}x; "
+              f"/ mp-gloo: whole run {ours_wall / gloo_wall:.2f}x, overhead "
+              f"{overhead['TorchEstimator'] / overhead['mp-gloo']:.2f}x")
 
 
 if __name__ == "__main__":
