@@ -72,6 +72,9 @@ class _Sleep:
     def before_batch(self, worker, step, attempt):
         time.sleep(self.seconds)
 
+    def after_batch(self, partitions, step, rows):
+        pass  # no per-row emulated compute
+
 
 def solution(objective, training):
     coef, intercept, _ = objective.original_space(training.theta)
