@@ -64,3 +64,24 @@ def full_batch_reference(model_fn, X, y, lr: float, epochs: int, seed: int):
 
 def state_arrays(module) -> dict:
     return {k: v.detach().cpu().numpy() for k, v in module.state_dict().items()}
+
+
+def shard_offsets_after_swapping_ranks(process: int, ports, results) -> None:
+    """Two process groups in a row, this process rank ``process`` in the first and the
+    other rank in the second (as a reused Spark worker can be); reports
+    (group, rank, row offset of the rank's shard of an FSDP-wrapped Linear)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    from gradspark.trainer.parallelism import FullySharded
+
+    for group, port in enumerate(ports):
+        rank = process if group == 0 else 1 - process
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=2)
+        module = FullySharded().wrap(torch.nn.Linear(4, 4), torch.device("cpu"), False, 2)
+        weight = module.weight
+        _, offsets = compute_local_shape_and_global_offset(weight.shape, weight.device_mesh,
+                                                           weight.placements)
+        results.put((group, rank, offsets[0]))
+        dist.destroy_process_group()

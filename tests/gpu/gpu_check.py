@@ -4,8 +4,9 @@ Starts local-cluster[1,N,4096N]: one worker and executor that own all N GPUs
 (the discovery script reports every GPU of the machine, so N workers of one
 GPU each would all take GPU 0), N task slots of one GPU each through Spark's
 resource scheduling; trains the digits MLP with useGpu=True, DDP and FSDP,
-checks accuracy and that FSDP's losses follow DDP's, and prints timings next
-to the same fits with gloo on the CPU.
+checks accuracy and that FSDP's losses follow DDP's, prints timings next
+to the same fits with gloo on the CPU, and resumes an FSDP fit from its
+sharded (torch.distributed.checkpoint) checkpoint.
 
 ``--stage-level``: tasks ask for no GPU by default (no
 spark.task.resource.gpu.amount); the training stage takes one per task through
@@ -14,6 +15,7 @@ its ResourceProfile, and the fits must still run on every GPU.
 
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -60,5 +62,19 @@ for use_gpu, strategy in ((True, "ddp"), (True, "fsdp"), (False, "ddp"), (False,
     assert accuracy >= 0.94, accuracy
 for use_gpu in (True, False):  # the same steps, sharded or not (float32, other reductions)
     np.testing.assert_allclose(losses[use_gpu, "fsdp"], losses[use_gpu, "ddp"], rtol=1e-4)
+# Sharded checkpoints over NCCL: every rank writes its shard of the CUDA state; 6 epochs,
+# then a resumed fit to 12 must follow the uninterrupted FSDP run.
+directory = tempfile.mkdtemp(prefix="gradspark-gpu-dcp-")
+for epochs in (6, 12):
+    resumed = TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), numWorkers=gpus,
+                             batchSize=64, epochs=epochs, learningRate=0.01,
+                             labelDtype="int64", useGpu=True, strategy="fsdp",
+                             checkpointDir=directory).fit(train)
+shards = sorted(os.listdir(os.path.join(directory, "epoch-000012.dcp")))
+print(f"nccl fsdp sharded checkpoint: {shards}, resumed from epoch "
+      f"{resumed.summary.resumedFromEpoch}")
+assert resumed.summary.resumedFromEpoch == 6
+assert sum(name.endswith(".distcp") for name in shards) == gpus, shards
+np.testing.assert_allclose(resumed.summary.lossHistory, losses[True, "fsdp"], rtol=1e-5)
 spark.stop()
 print("GPU CHECKS PASSED")

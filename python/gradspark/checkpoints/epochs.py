@@ -5,14 +5,23 @@ The linear trainers checkpoint from the driver through Hadoop's FileSystem
 hand, so these go through ``pyarrow.fs`` instead, which speaks the same
 schemes that matter (local and mounted paths, ``hdfs://``, ``s3://``,
 ``gs://``). The directory must be reachable from every executor that may run
-rank 0: a retried stage can land on another host.
+a rank (rank 0 for full checkpoints, every rank for sharded ones): a retried
+stage can land on other hosts.
 
-Files are ``epoch-000007.pt`` (after 7 epochs) or ``epoch-000007-step-000012.pt``
-(12 steps into the 8th): a ``torch.save`` of a dict with the model and
+A checkpoint is named by its position: ``epoch-000007`` (after 7 epochs) or
+``epoch-000007-step-000012`` (12 steps into the 8th). It holds the model and
 optimizer state, the position, the loss history and the run's fingerprint
-(mid-epoch, also each rank's RNG state and partial sums).
-Each is written under a temporary name and moved into place, so a killed task
-never leaves a half-written file under a checkpoint name.
+(mid-epoch, also each rank's RNG state and partial sums), in one of two
+formats:
+
+* ``<name>.pt`` (``checkpointFormat="full"``): one ``torch.save`` of all of it,
+  which rank 0 writes under a temporary name and moves into place, so a
+  killed task never leaves a half-written file under a checkpoint name;
+* ``<name>.dcp/`` (``"sharded"``): a directory of
+  ``torch.distributed.checkpoint`` files, one per rank, each written by its
+  rank (:mod:`gradspark.checkpoints.sharded`), and ``state.pt`` with the rest,
+  which rank 0 writes last: a directory without it is a torn write, never
+  resumed from and pruned with the old checkpoints.
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow.fs as pafs
 
-_NAME = re.compile(r"^epoch-(\d{6})(?:-step-(\d{6}))?\.pt$")
+_NAME = re.compile(r"^epoch-(\d{6})(?:-step-(\d{6}))?\.(pt|dcp)$")
+_MARKER = "state.pt"  # in a sharded checkpoint's directory, written after every shard
 Position = Tuple[int, int]  # (epochs done, steps done in the next epoch)
 
 
@@ -34,6 +44,11 @@ def normalize_directory(directory: str) -> str:
     if "://" in directory:
         return directory.rstrip("/")
     return os.path.abspath(directory)
+
+
+def _name(position: Position, kind: str) -> str:
+    epoch, step = position
+    return (f"epoch-{epoch:06d}" + (f"-step-{step:06d}" if step else "")) + f".{kind}"
 
 
 class EpochCheckpoints:
@@ -46,26 +61,52 @@ class EpochCheckpoints:
         self.fs, self.root = pafs.FileSystem.from_uri(normalize_directory(directory))
         self.fs.create_dir(self.root, recursive=True)
 
-    def positions(self) -> List[Position]:
-        """Positions that have a checkpoint, oldest first."""
-        infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
-        found = (_NAME.match(os.path.basename(i.path)) for i in infos)
-        return sorted((int(m.group(1)), int(m.group(2) or 0)) for m in found if m)
-
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
-    def _file(self, position: Position) -> str:
-        epoch, step = position
-        return self._path(f"epoch-{epoch:06d}.pt" if not step else
-                          f"epoch-{epoch:06d}-step-{step:06d}.pt")
+    def _entries(self) -> List[Tuple[Position, str, bool]]:
+        """(position, file or directory name, complete) of everything named like a
+        checkpoint, oldest first."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        entries = []
+        for info in infos:
+            match = _NAME.match(info.base_name)
+            if match:
+                complete = match.group(3) == "pt" or self.fs.get_file_info(
+                    f"{info.path}/{_MARKER}").type == pafs.FileType.File
+                entries.append(((int(match.group(1)), int(match.group(2) or 0)),
+                                info.base_name, complete))
+        return sorted(entries)
+
+    def positions(self) -> List[Position]:
+        """Positions that have a complete checkpoint, oldest first."""
+        return sorted({position for position, _, complete in self._entries() if complete})
+
+    def _remove(self, name: str) -> None:
+        if name.endswith(".dcp"):
+            self.fs.delete_dir(self._path(name))
+        else:
+            self.fs.delete_file(self._path(name))
+
+    def delete(self, position: Position) -> None:
+        """Remove the checkpoint at ``position`` (either format, complete or torn)."""
+        for found, name, _ in self._entries():
+            if found == position:
+                self._remove(name)
 
     def clear(self) -> None:
-        for position in self.positions():
-            self.fs.delete_file(self._file(position))
+        for _, name, _ in self._entries():
+            self._remove(name)
 
-    def save(self, epoch: int, state: Dict[str, Any], step: int = 0) -> None:
-        """Write the checkpoint of ``epoch`` epochs and ``step`` more steps."""
+    def _prune(self) -> None:
+        """Keep the newest ``keep`` complete checkpoints; torn ones go too."""
+        kept = set(self.positions()[-self.keep:])
+        for position, name, complete in self._entries():
+            if position not in kept or not complete:
+                self._remove(name)
+
+    def _write(self, path: str, state: Dict[str, Any]) -> None:
+        """``torch.save`` to a temporary name, then moved into place."""
         import torch
 
         buffer = io.BytesIO()
@@ -73,19 +114,56 @@ class EpochCheckpoints:
         temporary = self._path(f".tmp-{uuid.uuid4().hex}")
         with self.fs.open_output_stream(temporary) as out:
             out.write(buffer.getvalue())
-        self.fs.move(temporary, self._file((epoch, step)))
-        for old in self.positions()[:-self.keep]:
-            self.fs.delete_file(self._file(old))
+        self.fs.move(temporary, path)
+
+    def save(self, epoch: int, state: Dict[str, Any], step: int = 0) -> None:
+        """Write the full checkpoint of ``epoch`` epochs and ``step`` more steps (rank 0)."""
+        self.delete((epoch, step))  # the other format's, if the run switched
+        self._write(self._path(_name((epoch, step), "pt")), state)
+        self._prune()
+
+    def save_sharded(self, epoch: int, state: Dict[str, Any], shards: Dict[str, Any],
+                     rank: int, step: int = 0) -> None:
+        """Write a sharded checkpoint: every rank its ``shards`` (a collective, all
+        ranks call it), then rank 0 the rest of ``state`` as the marker."""
+        import torch.distributed as dist
+
+        from gradspark.checkpoints.sharded import save_shards
+
+        directory = self._path(_name((epoch, step), "dcp"))
+        if rank == 0:  # a torn attempt's files, or the other format's
+            self.delete((epoch, step))
+            self.fs.create_dir(directory, recursive=True)
+        dist.barrier()
+        save_shards(self.fs, directory, shards)  # returns once every rank has written
+        if rank == 0:
+            self._write(f"{directory}/{_MARKER}", state)
+            self._prune()
 
     def load_latest(self) -> Optional[Dict[str, Any]]:
-        """The newest checkpoint's state, or None when there is none."""
+        """The newest checkpoint's state, or None when there is none. A sharded one's
+        state holds ``"shards"`` (its directory, for :meth:`read_shards`) in place of
+        ``"model"`` and ``"optimizer"``."""
         import torch
 
-        positions = self.positions()
-        if not positions:
+        complete = [(position, name) for position, name, done in self._entries() if done]
+        if not complete:
             return None
-        with self.fs.open_input_stream(self._file(positions[-1])) as stream:
+        name = complete[-1][1]
+        sharded = name.endswith(".dcp")
+        path = self._path(f"{name}/{_MARKER}" if sharded else name)
+        with self.fs.open_input_stream(path) as stream:
             data = stream.read()
         # Tensors and plain containers only: weights_only refuses anything that
         # would run code on load.
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        if sharded:
+            state["shards"] = self._path(name)
+        return state
+
+    def read_shards(self, state: Dict[str, Any], into: Dict[str, Any]) -> None:
+        """Fill ``into`` (this rank's state dict) from the sharded checkpoint ``state``
+        came from; every rank calls it."""
+        from gradspark.checkpoints.sharded import load_shards
+
+        load_shards(self.fs, state["shards"], into)

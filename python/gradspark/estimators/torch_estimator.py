@@ -65,6 +65,7 @@ logger = logging.getLogger(__name__)
 
 LABEL_DTYPES = ("float32", "int64")
 CHECKPOINT_UNITS = ("epoch", "step")
+CHECKPOINT_FORMATS = ("auto", "full", "sharded")
 
 
 class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol,
@@ -108,6 +109,13 @@ class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
         "(torch's fully-sharded data parallel: each rank holds 1/numWorkers of the "
         "parameters, gradients and optimizer state)",
         typeConverter=_one_of("strategy", STRATEGIES))
+    checkpointFormat: Param[str] = Param(
+        Params._dummy(), "checkpointFormat",
+        "how checkpoints are written: 'full' (rank 0 writes the whole state in one file), "
+        "'sharded' (torch.distributed.checkpoint: every rank writes its own shard, nothing "
+        "is gathered; the directory must be reachable from every executor) or 'auto' "
+        "(sharded with strategy='fsdp', full with 'ddp'); both load into any numWorkers",
+        typeConverter=_one_of("checkpointFormat", CHECKPOINT_FORMATS))
     progressInterval: Param[int] = Param(
         Params._dummy(), "progressInterval",
         "rank 0 reports its loss, rows/s and the time left to the driver every this many "
@@ -121,7 +129,7 @@ class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
                          learningRate=1e-3, labelDtype="float32", inferenceBatchSize=1024,
                          seed=0, checkpointDir="", checkpointInterval=1, keepCheckpoints=2,
                          resume=True, checkpointUnit="epoch", progressInterval=50,
-                         strategy="ddp")
+                         strategy="ddp", checkpointFormat="auto")
 
     def getNumWorkers(self) -> int:
         return self.getOrDefault(self.numWorkers)
@@ -149,6 +157,16 @@ class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
 
     def getStrategy(self) -> str:
         return self.getOrDefault(self.strategy)
+
+    def getCheckpointFormat(self) -> str:
+        return self.getOrDefault(self.checkpointFormat)
+
+    def _resolved_checkpoint_format(self) -> str:
+        """'full' or 'sharded': what ``checkpointFormat`` means for this ``strategy``."""
+        chosen = self.getCheckpointFormat()
+        if chosen == "auto":
+            return "sharded" if self.getStrategy() == "fsdp" else "full"
+        return chosen
 
     def getProgressInterval(self) -> int:
         return self.getOrDefault(self.progressInterval)
@@ -178,6 +196,8 @@ class TorchTrainingSummary(LossCurve):
     # What rank 0 held at the end (FSDP: its shards), in bytes
     parameterBytesPerRank: int = 0
     optimizerStateBytesPerRank: int = 0
+    checkpointFormat: Optional[str] = None  # "full" or "sharded"; None without checkpointDir
+    checkpointSeconds: List[float] = field(default_factory=list)  # each write, on rank 0
 
     @property
     def objectiveHistory(self) -> List[float]:
@@ -229,7 +249,9 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         path, ``hdfs://``, ``s3://``, ``gs://``; reachable from the executors),
         ``checkpointInterval`` (epochs, or optimizer steps with
         ``checkpointUnit="step"``: mid-epoch checkpoints that resume at the next
-        unseen batch), ``keepCheckpoints``, ``resume``,
+        unseen batch), ``checkpointFormat`` (``"full"``, ``"sharded"``:
+        ``torch.distributed.checkpoint`` shards written by every rank, or ``"auto"``:
+        sharded under FSDP), ``keepCheckpoints``, ``resume``,
         ``validationIndicatorCol`` (boolean column of held-out rows: early stopping by
         MLlib's GBT rule with ``validationTol``, the best epoch's parameters kept).
 
@@ -312,6 +334,7 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             epochs=self.getEpochs(), seed=self.getSeed(), use_gpu=self.getUseGpu(),
             checkpoint_dir=checkpoint_dir, checkpoint_interval=self.getCheckpointInterval(),
             checkpoint_unit=self.getCheckpointUnit(), strategy=self.getStrategy(),
+            checkpoint_format=self._resolved_checkpoint_format(),
             keep_checkpoints=self.getKeepCheckpoints(), fingerprint=self._fingerprint(),
             validation_tol=(self.getValidationTol() if self.getValidationIndicatorCol()
                             else None),
@@ -379,7 +402,9 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             resumedFromStep=info["start_step"], rowsPerEpoch=info["rows_per_epoch"],
             progressReports=len(reports.reports) if reports is not None else 0,
             strategy=info["strategy"], parameterBytesPerRank=info["parameterBytes"],
-            optimizerStateBytesPerRank=info["optimizerStateBytes"])
+            optimizerStateBytesPerRank=info["optimizerStateBytes"],
+            checkpointFormat=self._resolved_checkpoint_format() if self.getCheckpointDir()
+            else None, checkpointSeconds=info["checkpoint_seconds"])
         logger.info("TorchEstimator: %d ranks, %d epochs (from %d), final loss %s, %.1f s",
                     len(rows), self.getEpochs(), info["start"],
                     first.history[-1] if first.history else None, wall)

@@ -74,6 +74,7 @@ class TorchTrainSpec:
     checkpoint_interval: int = 1
     checkpoint_unit: str = "epoch"  # what checkpoint_interval counts: epochs or steps
     strategy: str = "ddp"  # gradspark.trainer.parallelism
+    checkpoint_format: str = "full"  # or "sharded" (gradspark.checkpoints.epochs)
     keep_checkpoints: int = 2
     fingerprint: Dict[str, Any] = field(default_factory=dict)
     # validationIndicatorCol: held-out rows' loss after every epoch, MLlib's GBT stopping
@@ -245,6 +246,7 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
     state = holder[0]
     history: List[float] = []
     rows_per_epoch: List[int] = []
+    checkpoint_seconds: List[float] = []  # each checkpoint's write, as this rank saw it
     start, start_step, position = 0, 0, None  # position: this rank's mid-epoch state
     validating = spec.validation_tol is not None
     validation = {"history": [], "best_loss": math.inf, "best_epoch": 0, "best_state": None}
@@ -257,7 +259,12 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
                 f"the checkpoint in {spec.checkpoint_dir} was written by another run "
                 f"({state['fingerprint']}); this run is {fingerprint}: use another "
                 f"checkpointDir or resume=False")
-        strategy.load(model, module, optimizer, state["model"], state["optimizer"])
+        if "shards" in state:  # sharded: every rank reads the chunks it holds
+            shards = strategy.sharded_state(module, optimizer)
+            store.read_shards(state, shards)
+            strategy.load_sharded(module, optimizer, shards)
+        else:
+            strategy.load(model, module, optimizer, state["model"], state["optimizer"])
         history, start = list(state["history"]), int(state["epoch"])
         rows_per_epoch = list(state.get("rows_per_epoch", []))
         start_step = int(state.get("step", 0))
@@ -291,13 +298,23 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
             mine["cuda_rng"] = torch.cuda.get_rng_state(device)
         ranks: List[Any] = [None] * world
         dist.all_gather_object(ranks, mine)
-        model_state, optimizer_state = strategy.full_state(model, module, optimizer)
-        if rank == 0:
-            store.save(epoch, {"epoch": epoch, "step": step, "ranks": ranks,
-                               "layout": layout.sizes, "model": model_state,
-                               "optimizer": optimizer_state, "history": history,
-                               "rows_per_epoch": rows_per_epoch, "fingerprint": fingerprint,
-                               "validation": validation}, step=step)
+        save(epoch, {"step": step, "ranks": ranks, "layout": layout.sizes}, step)
+
+    def save(epoch: int, extra: Dict[str, Any], step: int = 0) -> None:
+        """Checkpoint ``epoch`` epochs and ``step`` steps in, in the spec's format; every
+        rank calls it."""
+        started = time.perf_counter()
+        state = {"epoch": epoch, "history": history, "rows_per_epoch": rows_per_epoch,
+                 "fingerprint": fingerprint, "validation": validation, **extra}
+        if spec.checkpoint_format == "sharded":
+            store.save_sharded(epoch, state, strategy.sharded_state(module, optimizer), rank,
+                               step=step)
+        else:
+            model_state, optimizer_state = strategy.full_state(model, module, optimizer)
+            if rank == 0:
+                store.save(epoch, {**state, "model": model_state,
+                                   "optimizer": optimizer_state}, step=step)
+        checkpoint_seconds.append(time.perf_counter() - started)
 
     every_steps = spec.checkpoint_interval if spec.checkpoint_unit == "step" else None
     stopped = False
@@ -366,12 +383,7 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
         due = (done * steps) % every_steps == 0 if every_steps else \
             done % spec.checkpoint_interval == 0
         if store is not None and (due or done == spec.epochs or stopped):
-            model_state, optimizer_state = strategy.full_state(model, module, optimizer)
-            if rank == 0:
-                store.save(done, {"epoch": done, "model": model_state,
-                                  "optimizer": optimizer_state, "history": history,
-                                  "rows_per_epoch": rows_per_epoch,
-                                  "fingerprint": fingerprint, "validation": validation})
+            save(done, {})
         if stopped:
             break
     held = strategy.bytes_per_rank(module, optimizer)
@@ -380,7 +392,8 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
     else:
         final_state = strategy.model_state(model, module)
     return {"state": final_state if rank == 0 else None, "history": history, "start": start,
-            "timings": timings, "strategy": strategy.name, **held,
+            "timings": timings, "checkpoint_seconds": checkpoint_seconds,
+            "strategy": strategy.name, **held,
             "start_step": start_step, "rows_per_epoch": rows_per_epoch,
             "rows": total, "steps": steps, "width": width,
             "validation": validation["history"], "best_epoch": validation["best_epoch"]}
@@ -447,7 +460,7 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
         info = {k: result[k] for k in ("start", "timings", "rows", "steps", "width",
                                        "validation", "best_epoch", "start_step",
                                        "rows_per_epoch", "strategy", "parameterBytes",
-                                       "optimizerStateBytes")}
+                                       "optimizerStateBytes", "checkpoint_seconds")}
         info["pid"] = os.getpid()
         yield _result_batch(group.rank, state, result["history"], info)
 

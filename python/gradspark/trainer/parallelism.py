@@ -11,10 +11,13 @@ gathers a layer's parameters only while it runs. Gradients are reduce-
 scattered and averaged over the ranks as DDP's are, so the optimizer steps
 are the same (tested equal to DDP's).
 
-Checkpoints and the returned model hold the *full* state dict in both cases
-(for FSDP gathered with ``torch.distributed.checkpoint.state_dict``, every
-rank taking part, onto rank 0's CPU), so a checkpoint resumes on any number
-of ranks and the model transforms without torch.distributed.
+The returned model holds the *full* state dict in both cases (for FSDP
+gathered with ``torch.distributed.checkpoint.state_dict``, every rank taking
+part, onto rank 0's CPU), so it transforms without torch.distributed.
+Checkpoints hold either that full state (``checkpointFormat="full"``, one
+file rank 0 writes) or each rank's shards (``"sharded"``, the default under
+FSDP: :mod:`gradspark.checkpoints.sharded`); both resume on any number of
+ranks.
 """
 
 from __future__ import annotations
@@ -47,6 +50,22 @@ class Replicated:
         module.load_state_dict(model_state)
         optimizer.load_state_dict(optimizer_state)
 
+    def sharded_state(self, module, optimizer) -> Dict[str, Any]:
+        """This rank's part of the model and optimizer state, keyed by parameter name
+        (DTensor shards under FSDP, whole tensors under DDP), for
+        ``torch.distributed.checkpoint``; every rank calls it."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optimizer_state = get_state_dict(module, optimizer)
+        return {"model": model_state, "optimizer": optimizer_state}
+
+    def load_sharded(self, module, optimizer, state: Dict[str, Any]) -> None:
+        """Load what :meth:`sharded_state` returned, once filled from a checkpoint."""
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(module, optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+
     def model_state(self, model, module) -> Dict[str, Any]:
         """The full module state on the CPU; every rank calls it."""
         return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
@@ -59,6 +78,25 @@ class Replicated:
         return {"parameterBytes": parameters, "optimizerStateBytes": state}
 
 
+def _fresh_mesh_name() -> str:
+    """A mesh dimension name no earlier process group in this process used.
+
+    Spark reuses Python workers, so one process can be rank 1 in one fit and rank 0
+    in the next. torch's DTensor caches (sharding propagation, redistribution) key on
+    the DeviceMesh, whose equality ignores which rank holds it: an equal mesh from an
+    earlier fit comes back with that fit's coordinate, and the parameters' shard
+    offsets (what torch.distributed.checkpoint writes and reads) name the other
+    rank's half. A name of its own per process group keeps those caches apart.
+    """
+    import uuid
+
+    import torch.distributed as dist
+
+    name = [uuid.uuid4().hex]
+    dist.broadcast_object_list(name, src=0)
+    return f"fsdp-{name[0]}"
+
+
 class FullySharded(Replicated):
     """FSDP2: parameters, gradients and optimizer state split over the ranks."""
 
@@ -68,7 +106,7 @@ class FullySharded(Replicated):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh(device.type, (world,))
+        mesh = init_device_mesh(device.type, (world,), mesh_dim_names=(_fresh_mesh_name(),))
         # Children first, then the root: a child's parameters are gathered only while
         # it runs (the root's own parameters, if any, stay in the root's group).
         for child in list(module.children()):
