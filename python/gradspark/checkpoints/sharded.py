@@ -71,9 +71,10 @@ class ArrowShardWriter(FileSystemWriter):
     """DCP's file writer (one file per rank) on a ``pyarrow.fs`` file system."""
 
     def __init__(self, fs: pafs.FileSystem, directory: str) -> None:
-        # sync_files=False: an fsync needs a file descriptor, which remote streams lack;
-        # a checkpoint counts only once its marker is written after every shard
-        # (gradspark.checkpoints.epochs), so a torn write is never resumed from.
+        # sync_files=False: an fsync needs a file descriptor, which pyarrow's streams do
+        # not expose; durability is the file system's, as for full checkpoints. (The
+        # marker written after every shard guards against killed processes, not lost
+        # power: gradspark.checkpoints.epochs.)
         super().__init__(directory, single_file_per_rank=True, sync_files=False)
         self.fs = ArrowFileSystem(fs)
         self.path = directory
