@@ -36,6 +36,36 @@ def logistic_frame(spark: SparkSession, seed: int, rows: int, partitions: int):
     return df, X, y
 
 
+def run_job(script: str, *args: str, timeout: float = 600) -> dict:
+    """Run ``tests/<script>`` in its own driver process; its RESULT as a dict.
+
+    A job still running after ``timeout`` seconds gets SIGABRT: ``-X faulthandler``
+    then prints every thread's Python stack to stderr, so the failure shows where
+    the driver waited instead of only that it did.
+    """
+    import signal
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), script)
+    process = subprocess.Popen([sys.executable, "-X", "faulthandler", path, *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        try:
+            stdout, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        stuck = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        start = stderr.find("Fatal Python error: Aborted")  # faulthandler's dump
+        raise AssertionError(f"{script} still ran after {timeout:.0f} s; its threads:\n"
+                             f"{stderr[start:start + 8000] if start >= 0 else ''}\n"
+                             f"{failure_report(stuck)}")
+    return job_result(subprocess.CompletedProcess(process.args, process.returncode,
+                                                  stdout, stderr))
+
+
 def job_result(proc: subprocess.CompletedProcess) -> dict:
     """The JSON of a finished job's last RESULT line; fails the test with the job's error."""
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]

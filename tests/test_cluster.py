@@ -1,21 +1,9 @@
 """Training across separate executor JVMs (local-cluster), not just threads of one JVM."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
-from job_support import job_result
-
-HERE = os.path.dirname(__file__)
-
-
-def run_job(script: str, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, os.path.join(HERE, script), *args],
-                          capture_output=True, text=True, timeout=600)
-    return job_result(proc)
+from job_support import run_job
 
 
 def test_fit_on_local_cluster_matches_mllib():

@@ -7,10 +7,6 @@ or torch). The frame data path and engine Connect uses also run on a classic
 session, so the tests below compare them with the RDD path block by block.
 """
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from pyspark.ml.linalg import Vectors, VectorUDT
@@ -18,7 +14,7 @@ from pyspark.sql.types import DoubleType, StructField, StructType
 
 from conftest import make_df
 from connect_job import DATA, FULL, MINI, TIGHT
-from job_support import job_result, logistic_frame
+from job_support import logistic_frame, run_job
 from gradspark import SGDLogisticRegression
 from gradspark.connect import ConnectContext, is_connect
 from gradspark.data.blocks import BINARY, CLASS_INDEX, REAL
@@ -29,14 +25,10 @@ from gradspark.engine.frames import FrameGradientEngine
 from gradspark.engine.python import PythonGradientEngine
 from gradspark.losses import BinaryLogisticLoss
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 @pytest.fixture(scope="module")
 def connect():
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "connect_job.py")],
-                          capture_output=True, text=True, timeout=900)
-    return job_result(proc)
+    return run_job("connect_job.py", timeout=900)
 
 
 def test_fits_on_connect_agree_with_mllib_there(connect):

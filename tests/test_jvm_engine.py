@@ -1,15 +1,11 @@
 """JVM gradient engine: Scala blocks, statistics and kernels agree with the numpy path."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from conftest import gradspark_cached_rdds, make_df
-from job_support import job_result
+from job_support import run_job
 from gradspark.data.blocks import BINARY, CLASS_INDEX, REAL
 from gradspark.data.dataset import TrainingData
 from gradspark.data.validation import InvalidDataError
@@ -20,8 +16,6 @@ from gradspark.engine.python import PythonGradientEngine
 from gradspark.losses import (
     BinaryLogisticLoss, HingeLoss, HuberLoss, MultinomialLogisticLoss, SquaredLoss,
 )
-
-HERE = os.path.dirname(__file__)
 
 
 @pytest.fixture(scope="module")
@@ -263,8 +257,6 @@ def test_a_jar_of_another_version_is_refused_by_name(spark):
 
 
 def test_jar_reaches_separate_executor_jvms():
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "jvm_engine_cluster_job.py")],
-                          capture_output=True, text=True, timeout=600)
-    result = job_result(proc)
+    result = run_job("jvm_engine_cluster_job.py")
     assert result["executors"] == 2 and result["jvm_pids"] >= 2
     np.testing.assert_allclose(result["ours"], result["ref"], rtol=1e-10)

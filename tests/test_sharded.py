@@ -9,10 +9,6 @@ shards every coordinate sees the same arithmetic, so the weights must agree to
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -22,9 +18,7 @@ from gradspark.optim import make_first_order
 from gradspark.ps.shards import ShardLayout, join_states, slice_state
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.sharded import ShardRule
-from job_support import job_result
-
-HERE = os.path.dirname(__file__)
+from job_support import run_job
 
 
 def objective(loss, d, k, fit_intercept, space="raw", seed=0):
@@ -163,9 +157,7 @@ def test_bad_shard_params_fail_before_training(hashed_rare):
 
 
 def test_killed_shard_is_restored_from_its_checkpoint_on_local_cluster():
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "sharded_cluster_job.py")],
-                          capture_output=True, text=True, timeout=600)
-    result = job_result(proc)
+    result = run_job("sharded_cluster_job.py")
     assert result["strategy"] == "sharded"
     np.testing.assert_allclose(result["sharded"], result["single"], rtol=0, atol=1e-9)
     np.testing.assert_allclose(result["sharded_history"], result["single_history"], rtol=1e-9)
