@@ -100,8 +100,10 @@ class EpochCheckpoints:
 
     def _prune(self) -> None:
         """Keep the newest ``keep`` complete checkpoints; torn ones go too."""
-        kept = set(self.positions()[-self.keep:])
-        for position, name, complete in self._entries():
+        entries = self._entries()  # one listing (and one marker lookup per directory)
+        kept = set(sorted({position for position, _, complete in entries
+                           if complete})[-self.keep:])
+        for position, name, complete in entries:
             if position not in kept or not complete:
                 self._remove(name)
 
