@@ -11,7 +11,8 @@ classes) and the same wide MLP (64 -> HIDDEN -> HIDDEN -> 10, Adam), FSDP on
 
 Per format: the median time of a checkpoint (rank 0's clock, from the start of
 the gather/save to the file in place, over EPOCHS x REPEATS checkpoints),
-what each rank wrote, and what rank 0 had to hold beyond its own shard.
+what each rank wrote, and what rank 0 had to hold beyond its own shard (computed
+from the state size: the full format gathers the other rank's half; not measured).
 Prints the ratio sharded / full. The training itself is the same in both.
 
     python benchmarks/torch_checkpoints.py [--hidden 4096] [--epochs 3] [--repeats 2]
@@ -115,7 +116,7 @@ def main() -> None:
     full_s = results["full"][0]
     print()
     print("| format | median checkpoint s | vs full | median fit s | files written "
-          "| held by rank 0 beyond its shard |")
+          "| held by rank 0 beyond its shard (computed, not measured) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for checkpoint_format, (median, fit, files) in results.items():
         shards = {k: v for k, v in files.items() if k.endswith(".distcp")}
