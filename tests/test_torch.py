@@ -16,6 +16,7 @@ from conftest import transform_stream  # noqa: E402
 from torch_support import (  # noqa: E402
     digits,
     digits_mlp,
+    float32_drift_bound,
     full_batch_reference,
     regression_arrays,
     sgd,
@@ -294,7 +295,9 @@ def test_validation_split_stops_at_the_best_epoch(spark, strategy):
     held = np.random.default_rng(1).random(301) < 0.3
     df = spark.createDataFrame([(Vectors.dense(x), float(t), bool(h))
                                 for x, t, h in zip(X, y, held)], ["features", "label", "held"])
-    model = TorchEstimator(small_regressor, torch.nn.MSELoss(), sgd(0.2), numWorkers=2,
+    # lr 0.1, not 0.2: at 0.2 this trajectory turns chaotic after ~120 epochs (float32
+    # and float64 runs part by 0.2 at epoch 150), so no run could be compared with it.
+    model = TorchEstimator(small_regressor, torch.nn.MSELoss(), sgd(0.1), numWorkers=2,
                            batchSize=1000, epochs=300, seed=5, validationIndicatorCol="held",
                            validationTol=0.005, strategy=strategy).fit(df)
     s = model.summary
@@ -306,11 +309,17 @@ def test_validation_split_stops_at_the_best_epoch(spark, strategy):
     assert stalls and stalls[0] == len(history) - 1
     assert s.bestEpoch == int(np.argmin(history)) > 0
     assert s.numInstances == int((~held).sum())
-    reference = full_batch_reference(small_regressor, X[~held], y[~held], lr=0.2,
-                                     epochs=s.bestEpoch, seed=5)
+    # float32 sums in another order over ~100 epochs: compare with the exact trajectory,
+    # within the distance float32 rounding measurably carries a run from it.
+    bounds = float32_drift_bound(small_regressor, X[~held], y[~held], lr=0.1,
+                                 epochs=s.bestEpoch, seed=5)
     ours = state_arrays(model.module())
-    for name, value in reference.items():  # float32 sums in another order, ~100 epochs
-        np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+    # The bound must still tell a right fit from a wrong one: leaving out one training
+    # row moves these parameters by >1e-2 at this many epochs.
+    assert max(float(bound.max()) for _, bound in bounds.values()) < 1e-3
+    for name, (exact, bound) in bounds.items():
+        gap = np.abs(ours[name].astype(np.float64) - exact)
+        assert np.all(gap <= bound), (name, s.bestEpoch, float(gap.max()), float(bound.max()))
     with torch.no_grad():
         output = model.module()(torch.from_numpy(X[held]))[:, 0].numpy()
     assert np.mean((output - y[held]) ** 2) == pytest.approx(min(history), rel=1e-5)

@@ -49,17 +49,36 @@ def regression_arrays(rows: int = 301, seed: int = 3):
     return X, y
 
 
-def full_batch_reference(model_fn, X, y, lr: float, epochs: int, seed: int):
-    """One process, one full-batch SGD step per epoch, mean squared error."""
+def full_batch_reference(model_fn, X, y, lr: float, epochs: int, seed: int,
+                         dtype: torch.dtype = torch.float32):
+    """One process, one full-batch SGD step per epoch, mean squared error. The initial
+    weights are drawn in float32 as the estimator draws them, then cast to ``dtype``."""
     torch.manual_seed(seed)
-    model = model_fn()
+    model = model_fn().to(dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    features, target = torch.from_numpy(X), torch.from_numpy(y).reshape(-1, 1)
+    features = torch.from_numpy(X).to(dtype)
+    target = torch.from_numpy(y).to(dtype).reshape(-1, 1)
     for _ in range(epochs):
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(features), target).backward()
         optimizer.step()
     return {k: v.detach().numpy() for k, v in model.state_dict().items()}
+
+
+def float32_drift_bound(model_fn, X, y, lr: float, epochs: int, seed: int) -> dict:
+    """The exact (float64) full-batch trajectory, and how far float32 arithmetic may
+    carry a run from it: float32 rounding, amplified by ``epochs`` steps of these
+    dynamics, is measured as the distance of the single-process float32 run from the
+    float64 one. A run that sums the same gradients in another order (ranks, threads)
+    rounds differently but by the same amount, so it stays within a small multiple of
+    that distance; 8x, floored at 64 float32 ulps of the value, leaves room for the
+    spread between rounding patterns without admitting a wrong gradient (an error of
+    one row's weight moves these parameters by ~1e-3)."""
+    exact = full_batch_reference(model_fn, X, y, lr, epochs, seed, torch.float64)
+    single = full_batch_reference(model_fn, X, y, lr, epochs, seed, torch.float32)
+    drift = max(float(np.abs(single[k] - exact[k]).max()) for k in exact)
+    eps32 = float(np.finfo(np.float32).eps)
+    return {k: (v, 8 * drift + 64 * eps32 * np.abs(v)) for k, v in exact.items()}
 
 
 def state_arrays(module) -> dict:
