@@ -18,6 +18,7 @@ from gradspark.summaries import (
     BinaryClassificationSummary,
     ClassificationSummary,
     RegressionSummary,
+    training_summary,
 )
 
 CLASSIFICATION_FIELDS = (
@@ -112,7 +113,7 @@ def test_fitted_classifier_summary_is_its_evaluation_on_the_training_data(
         classification_data, estimator, label, kind):
     df, _, binary, multi, weight = classification_data
     model = estimator.fit(df)
-    summary, evaluated = model.summary, model.evaluate(df)
+    summary, evaluated = training_summary(model), model.evaluate(df)
     assert type(evaluated) is (BinaryClassificationSummary if kind == "binary"
                                else ClassificationSummary)
     assert summary.objectiveHistory and summary.totalIterations > 0

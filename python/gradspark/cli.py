@@ -41,6 +41,7 @@ from pyspark.sql.types import NumericType, StringType
 
 from gradspark.connect import is_connect
 from gradspark.report import loss_plot_png
+from gradspark.summaries import training_summary
 
 logger = logging.getLogger("gradspark.cli")
 
@@ -383,12 +384,13 @@ def train(spark: SparkSession, job: dict) -> dict:
                    for name, evaluator in _evaluators(family, label, binary).items()}
     finally:
         scored.unpersist()
-    history = list(fitted.summary.objectiveHistory) if fitted.hasSummary else []
+    summary = training_summary(fitted) if fitted.hasSummary else None
+    history = list(summary.objectiveHistory) if summary is not None else []
     report = {"model": kind, "metrics": metrics, "heldOutFraction": fraction,
               "features": features, "params": job["params"], "lossHistory": history,
               # torch: one loss per epoch
-              "iterations": getattr(fitted.summary, "totalIterations", len(history))
-              if fitted.hasSummary else None}
+              "iterations": getattr(summary, "totalIterations", len(history))
+              if summary is not None else None}
     _phase(f"saving to {job['output']}")
     model.write().overwrite().save(job["output"])
     output = job["output"].rstrip("/")

@@ -1,8 +1,8 @@
 """Params shared by gradspark estimators and models.
 
 Where ``pyspark.ml`` already defines a Param (``maxIter``, ``regParam``, ...)
-we reuse its mixin so names, docs and type converters match MLlib exactly;
-the mixins below add only what MLlib lacks.
+the estimators take MLlib's own mixin, so names, docs, type converters and
+defaults match MLlib exactly; the mixins below add only what MLlib lacks.
 """
 
 from __future__ import annotations
@@ -10,21 +10,7 @@ from __future__ import annotations
 import zlib
 
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.param.shared import (
-    HasAggregationDepth,
-    HasElasticNetParam,
-    HasFeaturesCol,
-    HasFitIntercept,
-    HasLabelCol,
-    HasMaxIter,
-    HasPredictionCol,
-    HasRegParam,
-    HasSeed,
-    HasStandardization,
-    HasStepSize,
-    HasTol,
-    HasWeightCol,
-)
+from pyspark.ml.param.shared import HasSeed, HasStepSize
 
 from gradspark.comm.compression import COMPRESSIONS
 
@@ -462,18 +448,7 @@ class HasValidation(Params):
 
 
 class SGDParams(
-    HasFeaturesCol,
-    HasLabelCol,
-    HasWeightCol,
-    HasPredictionCol,
-    HasMaxIter,
-    HasTol,
     HasStepSize,
-    HasRegParam,
-    HasElasticNetParam,
-    HasFitIntercept,
-    HasStandardization,
-    HasAggregationDepth,
     HasMiniBatchFraction,
     HasOptimizer,
     HasMode,
@@ -484,19 +459,15 @@ class SGDParams(
     HasCheckpointData,
     HasSeed,
 ):
-    """Params common to every gradspark linear estimator and its model."""
+    """gradspark's own Params, common to every linear estimator and its model. The
+    Params MLlib defines (``maxIter``, ``regParam``, the columns, ...) come from MLlib's
+    own mixin of each estimator (``pyspark.ml.classification._LogisticRegressionParams``
+    and its kin), so their names, docs, converters and defaults are MLlib's."""
 
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(
-            maxIter=100,
-            tol=1e-6,
             stepSize=0.1,
-            regParam=0.0,
-            elasticNetParam=0.0,
-            fitIntercept=True,
-            standardization=True,
-            aggregationDepth=2,
             miniBatchFraction=1.0,
             optimizer="lbfgs",
             learningRateSchedule="constant",

@@ -31,6 +31,13 @@ from gradspark.report import LossCurve
 BINS = 1000  # the bins of the BinaryClassificationMetrics behind MLlib 4.x summaries
 
 
+def training_summary(model: Any) -> Any:
+    """``model.summary``, whether the model's class has it as a property (most MLlib
+    models) or as a method (``LinearSVCModel``, in MLlib and here)."""
+    summary = model.summary
+    return summary() if callable(summary) else summary
+
+
 @dataclass
 class TrainingSummary(LossCurve):
     """Training history, as MLlib's ``summary.objectiveHistory``/``totalIterations``;

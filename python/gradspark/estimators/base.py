@@ -32,6 +32,7 @@ from pyspark.ml.linalg import DenseVector, Vector, VectorUDT
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from gradspark.accessors import MODEL_SETTERS, ParamAccessors
 from gradspark.checkpoints import (
     TrainingCheckpoints,
     TrainingState,
@@ -105,7 +106,7 @@ def regularization_vectors(
 
 
 class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
-                          DefaultParamsReadable, ParamsWritable):
+                          ParamAccessors, DefaultParamsReadable, ParamsWritable):
     """Base class; see the concrete estimators for the user-facing docs."""
 
     def _set_given(self, kwargs: Dict[str, Any]):
@@ -321,7 +322,9 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
         metrics = {**engine_metrics, **result.metrics, **outcome}
         metrics.update(per_step(metrics, result.iterations))
 
-        model = self._make_model(coefficients, intercepts, aux, problem)
+        # As MLlib's: the model takes its estimator's uid (CrossValidator sub-models and
+        # Pipeline stages are mapped back to their estimators by it).
+        model = self._make_model(coefficients, intercepts, aux, problem)._resetUid(self.uid)
         self._copyValues(model)
         history = TrainingSummary(
             objectiveHistory=list(result.objective_history),
@@ -490,8 +493,10 @@ def jvm_training_data():
     return JvmTrainingData
 
 
-class _LinearModel(Model, SGDParams, MLReadable, MLWritable):
+class _LinearModel(Model, SGDParams, ParamAccessors, MLReadable, MLWritable):
     """A fitted linear model: coefficient matrix (d x k) and intercepts (k)."""
+
+    _setter_params = MODEL_SETTERS
 
     _data_fields = ("coefficients", "intercepts", "aux")
 

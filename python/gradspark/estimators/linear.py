@@ -6,7 +6,7 @@ from typing import Optional
 
 from pyspark import keyword_only
 from pyspark.ml.linalg import DenseVector, Vectors
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.regression import _LinearRegressionParams as _MLlibLinearRegressionParams
 from pyspark.sql.types import DoubleType
 
 from gradspark.data.blocks import REAL
@@ -18,27 +18,13 @@ from gradspark.summaries import RegressionSummary, RegressionTrainingSummary
 LOSSES = ("squaredError", "huber")
 
 
-class _LinearRegressionParams(Params):
-    loss: Param[str] = Param(
-        Params._dummy(), "loss", "loss to minimize: squaredError or huber",
-        typeConverter=TypeConverters.toString,
-    )
-    epsilon: Param[float] = Param(
-        Params._dummy(), "epsilon",
-        "Huber robustness: residuals beyond epsilon * scale count linearly (> 1.0)",
-        typeConverter=TypeConverters.toFloat,
-    )
+class _LinearRegressionParams(_MLlibLinearRegressionParams):
+    """MLlib's own Params of LinearRegression and its model (``loss``, ``epsilon``,
+    ``solver``, ...), with MLlib's defaults."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._setDefault(loss="squaredError", epsilon=1.35, predictionCol="prediction",
-                         featuresCol="features", labelCol="label")
-
-    def getLoss(self) -> str:
-        return self.getOrDefault(self.loss)
-
-    def getEpsilon(self) -> float:
-        return self.getOrDefault(self.epsilon)
+        self._setDefault(solver="auto")
 
 
 class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
@@ -66,6 +52,7 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         weightCol: Optional[str] = None,
         loss: str = "squaredError",
         epsilon: float = 1.35,
+        solver: str = "auto",
         maxIter: int = 100,
         tol: float = 1e-6,
         stepSize: float = 0.1,
@@ -74,6 +61,7 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         fitIntercept: bool = True,
         standardization: bool = True,
         aggregationDepth: int = 2,
+        maxBlockSizeInMB: float = 0.0,
         miniBatchFraction: float = 1.0,
         optimizer: str = "lbfgs",
         learningRateSchedule: str = "constant",

@@ -7,13 +7,10 @@ from typing import List, Optional
 import numpy as np
 from pyspark import keyword_only
 from pyspark.ml.linalg import DenseMatrix, DenseVector, Matrix, Vector, Vectors, VectorUDT
-from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.param.shared import (
-    HasProbabilityCol,
-    HasRawPredictionCol,
-    HasThreshold,
-    HasThresholds,
+from pyspark.ml.classification import (
+    _LogisticRegressionParams as _MLlibLogisticRegressionParams,
 )
+from pyspark.ml.param import Param, Params
 from pyspark.sql.types import DoubleType
 from scipy.special import expit, softmax
 
@@ -33,56 +30,20 @@ from gradspark.summaries import (
 FAMILIES = ("auto", "binomial", "multinomial")
 
 
-class _LogisticRegressionParams(HasRawPredictionCol, HasProbabilityCol, HasThreshold,
-                                HasThresholds):
-    family: Param[str] = Param(
-        Params._dummy(),
-        "family",
-        "label distribution: auto (binomial for 2 classes, else multinomial), "
-        "binomial or multinomial",
-        typeConverter=TypeConverters.toString,
-    )
+def _read_as_matrix(param: Param) -> Param:
+    """MLlib's bound-matrix Param, whose converter also reads a list of rows: the form
+    our writers save a Matrix in (JSON has none), so saved bounds load back."""
+    return Param(Params._dummy(), param.name, param.doc, typeConverter=to_matrix)
 
-    lowerBoundsOnCoefficients: Param = Param(
-        Params._dummy(), "lowerBoundsOnCoefficients",
-        "lower bounds on coefficients (a Matrix: 1 x numFeatures for binomial, "
-        "numClasses x numFeatures for multinomial), in the input's units",
-        typeConverter=to_matrix)
-    upperBoundsOnCoefficients: Param = Param(
-        Params._dummy(), "upperBoundsOnCoefficients",
-        "upper bounds on coefficients, shaped as lowerBoundsOnCoefficients",
-        typeConverter=to_matrix)
-    lowerBoundsOnIntercepts: Param = Param(
-        Params._dummy(), "lowerBoundsOnIntercepts",
-        "lower bounds on intercepts (a Vector: 1 for binomial, numClasses for multinomial)",
-        typeConverter=TypeConverters.toVector)
-    upperBoundsOnIntercepts: Param = Param(
-        Params._dummy(), "upperBoundsOnIntercepts",
-        "upper bounds on intercepts, shaped as lowerBoundsOnIntercepts",
-        typeConverter=TypeConverters.toVector)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._setDefault(
-            family="auto", threshold=0.5, rawPredictionCol="rawPrediction",
-            probabilityCol="probability", predictionCol="prediction",
-            featuresCol="features", labelCol="label",
-        )
+class _LogisticRegressionParams(_MLlibLogisticRegressionParams):
+    """MLlib's own Params of LogisticRegression and its model (names, docs, converters,
+    defaults and the threshold/thresholds rules)."""
 
-    def getFamily(self) -> str:
-        return self.getOrDefault(self.family)
-
-    def getLowerBoundsOnCoefficients(self) -> Matrix:
-        return self.getOrDefault(self.lowerBoundsOnCoefficients)
-
-    def getUpperBoundsOnCoefficients(self) -> Matrix:
-        return self.getOrDefault(self.upperBoundsOnCoefficients)
-
-    def getLowerBoundsOnIntercepts(self) -> Vector:
-        return self.getOrDefault(self.lowerBoundsOnIntercepts)
-
-    def getUpperBoundsOnIntercepts(self) -> Vector:
-        return self.getOrDefault(self.upperBoundsOnIntercepts)
+    lowerBoundsOnCoefficients: Param[Matrix] = _read_as_matrix(
+        _MLlibLogisticRegressionParams.lowerBoundsOnCoefficients)
+    upperBoundsOnCoefficients: Param[Matrix] = _read_as_matrix(
+        _MLlibLogisticRegressionParams.upperBoundsOnCoefficients)
 
     def _bounded(self) -> bool:
         return any(self.isSet(p) for p in (
@@ -154,6 +115,7 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         lowerBoundsOnIntercepts: Optional[Vector] = None,
         upperBoundsOnIntercepts: Optional[Vector] = None,
         aggregationDepth: int = 2,
+        maxBlockSizeInMB: float = 0.0,
         miniBatchFraction: float = 1.0,
         optimizer: str = "lbfgs",
         learningRateSchedule: str = "constant",
@@ -191,11 +153,15 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
     ) -> None:
         super().__init__()
         self._set_given(self._input_kwargs)
+        self._checkThresholdConsistency()
 
     @keyword_only
     def setParams(self, **kwargs) -> "SGDLogisticRegression":
-        """Set any of the constructor's Params."""
-        return self._set_given(self._input_kwargs)
+        """Set any of the constructor's Params; ``threshold`` and ``thresholds`` given
+        together must agree (MLlib's rule)."""
+        self._set_given(self._input_kwargs)
+        self._checkThresholdConsistency()
+        return self
 
     def _label_domain(self) -> str:
         return BINARY if self.getFamily() == "binomial" else CLASS_INDEX

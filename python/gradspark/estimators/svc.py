@@ -7,7 +7,8 @@ from typing import Optional
 import numpy as np
 from pyspark import keyword_only
 from pyspark.ml.linalg import DenseVector, Vector, Vectors, VectorUDT
-from pyspark.ml.param.shared import HasRawPredictionCol, HasThreshold
+from pyspark.ml.classification import _LinearSVCParams as _MLlibLinearSVCParams
+from pyspark.ml.param.shared import HasElasticNetParam
 from pyspark.sql.types import DoubleType
 
 from gradspark.data.blocks import BINARY
@@ -17,12 +18,13 @@ from gradspark.losses import HingeLoss
 from gradspark.summaries import BinaryClassificationSummary, BinaryClassificationTrainingSummary
 
 
-class _LinearSVCParams(HasRawPredictionCol, HasThreshold):
+class _LinearSVCParams(_MLlibLinearSVCParams, HasElasticNetParam):
+    """MLlib's own Params of LinearSVC and its model (the threshold on the raw margin,
+    0.0 by default), plus ``elasticNetParam``, which MLlib's LinearSVC lacks."""
+
     def __init__(self) -> None:
         super().__init__()
-        # MLlib's LinearSVC thresholds the raw margin, at 0.0 by default.
-        self._setDefault(threshold=0.0, rawPredictionCol="rawPrediction",
-                         predictionCol="prediction", featuresCol="features", labelCol="label")
+        self._setDefault(elasticNetParam=0.0)
 
 
 class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
@@ -53,6 +55,7 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
         standardization: bool = True,
         threshold: float = 0.0,
         aggregationDepth: int = 2,
+        maxBlockSizeInMB: float = 0.0,
         miniBatchFraction: float = 1.0,
         optimizer: str = "lbfgs",
         learningRateSchedule: str = "constant",
@@ -118,6 +121,12 @@ class SGDLinearSVCModel(_LinearModel, _LinearSVCParams):
     @property
     def intercept(self) -> float:
         return float(self._intercepts[0])
+
+    def summary(self) -> BinaryClassificationTrainingSummary:  # type: ignore[override]
+        """The training summary. A method here, not a property: MLlib's
+        ``LinearSVCModel.summary`` is one (unlike its other models'), and code written
+        for it calls ``model.summary()``."""
+        return _LinearModel.summary.fget(self)
 
     def predictRaw(self, value: Vector) -> DenseVector:
         """``[-margin, margin]`` for one feature vector, as in ``rawPrediction``."""
