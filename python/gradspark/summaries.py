@@ -53,6 +53,9 @@ class TrainingSummary(LossCurve):
     # validationIndicatorCol: the held-out loss at the start and after each step
     validationHistory: List[float] = field(default_factory=list)
     bestIteration: Optional[int] = None  # the step whose parameters the model holds
+    # solver='normal' without L1: diag((A^T W A)^-1) per coefficient (then the intercept),
+    # MLlib's WeightedLeastSquaresModel.diagInvAtWA; None for iterative fits
+    diagInvAtWA: Optional[List[float]] = None
 
 
 class PredictionSummary:
@@ -145,26 +148,53 @@ class RegressionSummary(PredictionSummary):
         return self.predictions.select(
             (self._label() - F.col(self.predictionCol)).alias("residuals"))
 
-    def _normal_equation_only(self, name: str):
-        raise NotImplementedError(
-            f"{name} needs the normal-equation solver's covariance (MLlib's solver='normal'); "
-            "models fitted by SGD/L-BFGS do not have it, as MLlib's L-BFGS models do not")
+    def _diag_inv_atwa(self) -> Optional[List[float]]:
+        """The normal equations' diag((A^T W A)^-1), where the fit had them."""
+        return None
+
+    def _coefficient_covariance(self, name: str) -> np.ndarray:
+        diagonal = self._diag_inv_atwa()
+        if diagonal is None:
+            raise NotImplementedError(
+                f"{name}: No Std. Error of coefficients available for this model. MLlib has "
+                "them only from its normal-equation solver without L1 (solver='normal' or "
+                "'auto' below 4,096 features, elasticNetParam=0 or regParam=0), and only in "
+                "the training summary; so does gradspark")
+        return np.asarray(diagonal, dtype=np.float64)
 
     @property
     def coefficientStandardErrors(self) -> List[float]:
-        self._normal_equation_only("coefficientStandardErrors")
+        """sqrt(diag((A^T W A)^-1) * RSS / degreesOfFreedom), the intercept's last."""
+        diagonal = self._coefficient_covariance("coefficientStandardErrors")
+        rss = self._sums["wrr"]  # sum of w * residual^2 (w = 1 without weightCol)
+        return np.sqrt(diagonal * rss / self.degreesOfFreedom).tolist()
 
     @property
     def tValues(self) -> List[float]:
-        self._normal_equation_only("tValues")
+        """Each estimate over its standard error, the intercept's last."""
+        estimates = np.asarray(self._estimates(), dtype=np.float64)
+        return (estimates / np.asarray(self.coefficientStandardErrors)).tolist()
 
     @property
     def pValues(self) -> List[float]:
-        self._normal_equation_only("pValues")
+        """Two-sided p-values of the t statistics (Student's t, degreesOfFreedom)."""
+        from scipy.stats import t as students_t
+
+        # MLlib's 2 * (1 - cdf), not the sf: the same values, underflow to 0 included
+        cdf = students_t.cdf(np.abs(self.tValues), self.degreesOfFreedom)
+        return (2.0 * (1.0 - cdf)).tolist()
+
+    def _estimates(self) -> List[float]:
+        raise NotImplementedError(
+            "tValues need the model's coefficients: only a training summary has them")
 
     @property
     def devianceResiduals(self) -> List[float]:
-        self._normal_equation_only("devianceResiduals")
+        """[min, max] of the weighted residuals (label - prediction) * sqrt(weight)."""
+        weighted = (self._label() - F.col(self.predictionCol)) * F.sqrt(self._weight())
+        row = self.predictions.select(F.min(weighted).alias("low"),
+                                      F.max(weighted).alias("high")).first()
+        return [float(row["low"]), float(row["high"])]
 
 
 class ClassificationSummary(PredictionSummary):
@@ -415,7 +445,19 @@ class _Trained(LossCurve):
 
 
 class RegressionTrainingSummary(_Trained, RegressionSummary):
-    """``model.summary`` of a regression: history and metrics on the training data."""
+    """``model.summary`` of a regression: history and metrics on the training data, and
+    with solver='normal', the coefficients' standard errors, t- and p-values."""
+
+    def __init__(self, history: TrainingSummary, *args, estimates: Optional[List[float]] = None,
+                 **kwargs) -> None:
+        super().__init__(history, *args, **kwargs)
+        self._fitted_estimates = estimates
+
+    def _diag_inv_atwa(self) -> Optional[List[float]]:
+        return self.history.diagInvAtWA
+
+    def _estimates(self) -> List[float]:
+        return self._fitted_estimates
 
 
 class ClassificationTrainingSummary(_Trained, ClassificationSummary):

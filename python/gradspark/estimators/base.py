@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
@@ -108,6 +109,14 @@ def regularization_vectors(
 class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                           ParamAccessors, DefaultParamsReadable, ParamsWritable):
     """Base class; see the concrete estimators for the user-facing docs."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # setParams(**kwargs) takes what the constructor takes: say so to inspect and
+        # IDEs, as MLlib's spelled-out setParams does.
+        own = vars(cls).get("setParams")
+        if own is not None:
+            own.__signature__ = inspect.signature(cls.__init__)
 
     def _set_given(self, kwargs: Dict[str, Any]):
         # None means "not given": leave the Param at its default (unlike pyspark's
@@ -322,10 +331,6 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
         metrics = {**engine_metrics, **result.metrics, **outcome}
         metrics.update(per_step(metrics, result.iterations))
 
-        # As MLlib's: the model takes its estimator's uid (CrossValidator sub-models and
-        # Pipeline stages are mapped back to their estimators by it).
-        model = self._make_model(coefficients, intercepts, aux, problem)._resetUid(self.uid)
-        self._copyValues(model)
         history = TrainingSummary(
             objectiveHistory=list(result.objective_history),
             totalIterations=result.iterations,
@@ -341,13 +346,24 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                    "trainedFeatures": num_features, "parameterSpace": objective.space,
                    "resumedFromStep": result.resumed_from, **metrics},
         )
-        model._summary = model._summary_on(training_rows, history)
+        model = self._fitted_model(self._make_model(coefficients, intercepts, aux, problem),
+                                   training_rows, history)
         if continues:
             model._training_state = TrainingState(
                 step=result.iterations, theta=result.theta,
                 optimizer_state=result.optimizer_state,
                 history=np.asarray(result.objective_history), converged=result.converged,
                 meta=identity)
+        return model
+
+    def _fitted_model(self, model: "_LinearModel", training_rows: DataFrame,
+                      history: TrainingSummary) -> "_LinearModel":
+        """``model`` with this estimator's uid and Params, and its training summary."""
+        # As MLlib's: the model takes its estimator's uid (CrossValidator sub-models and
+        # Pipeline stages are mapped back to their estimators by it).
+        model._resetUid(self.uid)
+        self._copyValues(model)
+        model._summary = model._summary_on(training_rows, history)
         return model
 
     def _coefficient_box(self, num_outputs: int, num_features: int):
@@ -590,7 +606,9 @@ class _LinearModel(Model, SGDParams, ParamAccessors, MLReadable, MLWritable):
                        weightCol=weight_col if weight_col in dataset.columns else None)
         kind, trained = model._summary_kinds()
         columns.update(model._summary_columns())
-        return trained(history, **columns) if history is not None else kind(**columns)
+        if history is None:
+            return kind(**columns)
+        return trained(history, **columns, **model._training_summary_columns())
 
     def _summary_kinds(self) -> Tuple[type, type]:
         """(evaluation summary class, training summary class) for this model."""
@@ -598,6 +616,10 @@ class _LinearModel(Model, SGDParams, ParamAccessors, MLReadable, MLWritable):
 
     def _summary_columns(self) -> Dict[str, Any]:
         """Constructor arguments the model's summary classes take beyond the columns."""
+        return {}
+
+    def _training_summary_columns(self) -> Dict[str, Any]:
+        """Constructor arguments only its training summary class takes."""
         return {}
 
     def evaluate(self, dataset: DataFrame) -> PredictionSummary:

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Optional
+import logging
+from typing import List, Optional
+
+import numpy as np
 
 from pyspark import keyword_only
 from pyspark.ml.linalg import DenseVector, Vectors
 from pyspark.ml.regression import _LinearRegressionParams as _MLlibLinearRegressionParams
+from pyspark.sql import DataFrame
 from pyspark.sql.types import DoubleType
 
 from gradspark.data.blocks import REAL
+from gradspark.data.gram import gram_sums, vector_width
 from gradspark.data.statistics import DataStatistics
 from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator
 from gradspark.losses import HuberLoss, SquaredLoss
-from gradspark.summaries import RegressionSummary, RegressionTrainingSummary
+from gradspark.optim.normal_equations import MAX_NUM_FEATURES, solve_normal_equations
+from gradspark.summaries import RegressionSummary, RegressionTrainingSummary, TrainingSummary
+
+logger = logging.getLogger(__name__)
 
 LOSSES = ("squaredError", "huber")
+SOLVERS = ("auto", "normal", "l-bfgs")
 
 
 class _LinearRegressionParams(_MLlibLinearRegressionParams):
@@ -108,6 +117,68 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
     def _label_domain(self) -> str:
         return REAL
 
+    def _fit(self, dataset: DataFrame) -> "SGDLinearRegressionModel":
+        if self._solves_normal_equations(dataset):
+            return self._fit_normal_equations(dataset)
+        return super()._fit(dataset)
+
+    def _iterative_only(self) -> List[str]:
+        """The Params set here that only the iterative (L-BFGS/first-order) path has."""
+        reasons = [f"{name}={value!r}" for name, value, default in (
+            ("optimizer", self.getOptimizer(), "lbfgs"), ("mode", self.getMode(), "sync"),
+            ("parameterServers", self.getParameterServers(), 0),
+            ("validationIndicatorCol", self.getValidationIndicatorCol(), ""))
+            if value != default]
+        return reasons + (["initialModel"] if self.isSet(self.initialModel) else [])
+
+    def _solves_normal_equations(self, dataset: DataFrame) -> bool:
+        """MLlib's choice: the normal equations for squared error with solver='normal', or
+        'auto' up to 4,096 features; L-BFGS otherwise. Here 'auto' also takes the
+        iterative path when a Param only it has is set (an optimizer, async mode, ...)."""
+        solver = self.getSolver()
+        if solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {list(SOLVERS)}, got {solver!r}")
+        if solver == "l-bfgs":
+            return False
+        if self.getLoss() != "squaredError":
+            if solver == "normal":
+                raise ValueError("LinearRegression with huber loss only supports the L-BFGS "
+                                 "solver: set solver='auto' or 'l-bfgs'")
+            return False
+        iterative = self._iterative_only()
+        if solver == "normal":
+            if iterative:
+                raise ValueError(f"solver='normal' solves the normal equations in one pass; "
+                                 f"{', '.join(iterative)} need the iterative solver: set "
+                                 "solver='l-bfgs' or 'auto'")
+            return True
+        return not iterative and vector_width(dataset, self.getFeaturesCol()) <= MAX_NUM_FEATURES
+
+    def _fit_normal_equations(self, dataset: DataFrame) -> "SGDLinearRegressionModel":
+        """One aggregation of the weighted Gram matrix, then MLlib's WeightedLeastSquares
+        on the driver (:mod:`gradspark.optim.normal_equations`)."""
+        self._validate_params()
+        weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else None
+        sums = gram_sums(dataset, self.getFeaturesCol(), self.getLabelCol(), weight_col or None)
+        if sums.num_features > MAX_NUM_FEATURES:
+            raise ValueError(f"solver='normal' takes at most {MAX_NUM_FEATURES} features (as "
+                             f"MLlib's); the data has {sums.num_features}: use "
+                             "solver='l-bfgs' or 'auto'")
+        solution = solve_normal_equations(sums, self.getFitIntercept(), self.getRegParam(),
+                                          self.getElasticNetParam(), self.getStandardization())
+        logger.info("%s: normal equations (%s) on %d features", type(self).__name__,
+                    solution.solver, sums.num_features)
+        history = TrainingSummary(
+            objectiveHistory=list(solution.objective_history),
+            totalIterations=len(solution.objective_history) - 1, converged=True,
+            optimizer="normal", numInstances=sums.rows, weightSum=sums.weight_sum,
+            extra={"solver": solution.solver, "engine": "normal"},
+            diagInvAtWA=None if solution.diag_inv_atwa is None
+            else solution.diag_inv_atwa.tolist())
+        model = SGDLinearRegressionModel(solution.coefficients[:, None],
+                                         np.array([solution.intercept]), np.zeros(0))
+        return self._fitted_model(model, dataset, history)
+
     def _problem(self, stats: DataStatistics) -> LinearProblem:
         if self.getLoss() not in LOSSES:
             raise ValueError(f"loss must be one of {list(LOSSES)}, got {self.getLoss()!r}")
@@ -150,3 +221,9 @@ class SGDLinearRegressionModel(_LinearModel, _LinearRegressionParams):
 
     def _summary_columns(self):
         return {"numCoefficients": self.numFeatures, "fitIntercept": self.getFitIntercept()}
+
+    def _training_summary_columns(self):
+        # what tValues divide: the coefficients, then the intercept (MLlib's order)
+        estimates = list(self._coefficient_matrix[:, 0])
+        return {"estimates": estimates + [self.intercept] if self.getFitIntercept()
+                else estimates}

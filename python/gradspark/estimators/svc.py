@@ -112,7 +112,9 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
 class SGDLinearSVCModel(_LinearModel, _LinearSVCParams):
     """Model fitted by :class:`SGDLinearSVC`."""
 
-    numClasses = 2
+    @property
+    def numClasses(self) -> int:
+        return 2
 
     @property
     def coefficients(self) -> DenseVector:
