@@ -217,3 +217,47 @@ def test_bound_matrices_still_take_what_mllib_takes(spark):
     assert SGDLogisticRegression(lowerBoundsOnCoefficients=bound) \
         .getLowerBoundsOnCoefficients() == bound
     assert to_matrix([[0.0, 1.0]]) == bound
+
+
+@pytest.mark.parametrize("our_cls,mllib_model_cls,params", [
+    (SGDLogisticRegression, LogisticRegressionModel, dict(regParam=0.01)),
+    (SGDLinearRegression, LinearRegressionModel, dict(labelCol="real", regParam=0.1)),
+    (SGDLinearSVC, LinearSVCModel, dict(regParam=0.01)),
+], ids=["LogisticRegression", "LinearRegression", "LinearSVC"])
+def test_to_mllib_gives_mllibs_model_with_our_predictions(spark, dropin_data, tmp_path,
+                                                          our_cls, mllib_model_cls, params):
+    """toMLlib() is pyspark.ml's own class with our coefficients and uid; its JVM
+    transform equals ours (1e-12). Saved as an MLlib pipeline, it loads and scores in a
+    driver that never imports gradspark, with no Python on the executors."""
+    from pyspark.ml import PipelineModel
+    from pyspark.sql import functions as F
+
+    from job_support import run_job
+
+    ours = our_cls(**params).fit(dropin_data)
+    exported = ours.toMLlib()
+    assert type(exported) is mllib_model_cls and exported.uid == ours.uid
+    np.testing.assert_array_equal(exported.coefficients.toArray(), ours.coefficients.toArray())
+    assert exported.intercept == ours.intercept
+    rows = dropin_data.withColumn("id", F.monotonically_increasing_id())
+    columns = [c for c in ("prediction", "rawPrediction", "probability")
+               if ours.hasParam(f"{c}Col")]
+
+    def scored(model):
+        frame = model.transform(rows).orderBy("id").select(*columns).collect()
+        return {c: np.array([r[c].toArray() if hasattr(r[c], "toArray") else r[c]
+                             for r in frame], dtype=float) for c in columns}
+
+    mine, theirs = scored(ours), scored(exported)
+    for c in columns:
+        np.testing.assert_allclose(theirs[c], mine[c], rtol=1e-12, atol=1e-12, err_msg=c)
+    PipelineModel([exported]).save(str(tmp_path / "pipeline"))
+    rows.write.parquet(str(tmp_path / "rows"))
+    result = run_job("mllib_export_job.py", str(tmp_path / "pipeline"), str(tmp_path / "rows"),
+                     timeout=300)
+    assert result["gradspark_imported"] is False
+    for c in columns:
+        np.testing.assert_allclose(np.array(result[c], dtype=float), mine[c], rtol=1e-12,
+                                   atol=1e-12, err_msg=c)
+    with pytest.raises(Exception, match="already exists"):
+        ours.saveAsMLlib(str(tmp_path / "rows"))  # never replaces what is there

@@ -636,6 +636,29 @@ class _LinearModel(Model, SGDParams, ParamAccessors, MLReadable, MLWritable):
 
         return margins
 
+    # -- export to MLlib's model classes ---------------------------------------
+    _mllib_class: type  # pyspark.ml's model class (set by each model)
+    _mllib_params: type  # MLlib's Params mixin of that class
+
+    def _mllib_data(self) -> Tuple[tuple, Any]:
+        """(row, StructType) of MLlib's ``data/`` Parquet for this model."""
+        raise NotImplementedError
+
+    def toMLlib(self, path: Optional[str] = None):
+        """This model as pyspark.ml's own model class (``LogisticRegressionModel``, ...),
+        scored by MLlib's JVM ``transform``; see :mod:`gradspark.estimators.mllib_export`
+        (on a cluster, give a ``path`` on storage every executor reads)."""
+        from gradspark.estimators.mllib_export import to_mllib
+
+        return to_mllib(self, path)
+
+    def saveAsMLlib(self, path: str, overwrite: bool = False) -> None:
+        """Write this model in MLlib's layout, loadable by MLlib's reader (Scala, Java,
+        pyspark, a Connect server without gradspark)."""
+        from gradspark.estimators.mllib_export import save_as_mllib
+
+        save_as_mllib(self, path, overwrite)
+
     # -- persistence -----------------------------------------------------
     def write(self) -> MLWriter:
         return _LinearModelWriter(self)

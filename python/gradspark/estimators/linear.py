@@ -8,10 +8,11 @@ from typing import List, Optional
 import numpy as np
 
 from pyspark import keyword_only
-from pyspark.ml.linalg import DenseVector, Vectors
+from pyspark.ml.linalg import DenseVector, Vectors, VectorUDT
+from pyspark.ml.regression import LinearRegressionModel
 from pyspark.ml.regression import _LinearRegressionParams as _MLlibLinearRegressionParams
 from pyspark.sql import DataFrame
-from pyspark.sql.types import DoubleType
+from pyspark.sql.types import DoubleType, StructField, StructType
 
 from gradspark.data.blocks import REAL
 from gradspark.data.gram import gram_sums, vector_width
@@ -199,6 +200,15 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
 
 class SGDLinearRegressionModel(_LinearModel, _LinearRegressionParams):
     """Model fitted by :class:`SGDLinearRegression`."""
+
+    _mllib_class = LinearRegressionModel
+    _mllib_params = _MLlibLinearRegressionParams
+
+    def _mllib_data(self):
+        schema = StructType([StructField("intercept", DoubleType()),
+                             StructField("coefficients", VectorUDT()),
+                             StructField("scale", DoubleType())])
+        return (self.intercept, self.coefficients, self.scale), schema
 
     @property
     def coefficients(self) -> DenseVector:

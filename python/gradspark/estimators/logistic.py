@@ -6,12 +6,27 @@ from typing import List, Optional
 
 import numpy as np
 from pyspark import keyword_only
-from pyspark.ml.linalg import DenseMatrix, DenseVector, Matrix, Vector, Vectors, VectorUDT
+from pyspark.ml.linalg import (
+    DenseMatrix,
+    DenseVector,
+    Matrix,
+    MatrixUDT,
+    Vector,
+    Vectors,
+    VectorUDT,
+)
+from pyspark.ml.classification import LogisticRegressionModel
 from pyspark.ml.classification import (
     _LogisticRegressionParams as _MLlibLogisticRegressionParams,
 )
 from pyspark.ml.param import Param, Params
-from pyspark.sql.types import DoubleType
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    StructField,
+    StructType,
+)
 from scipy.special import expit, softmax
 
 from gradspark.data.blocks import BINARY, CLASS_INDEX
@@ -238,6 +253,21 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
 
 class SGDLogisticRegressionModel(_LinearModel, _LogisticRegressionParams):
     """Model fitted by :class:`SGDLogisticRegression`."""
+
+    _mllib_class = LogisticRegressionModel
+    _mllib_params = _MLlibLogisticRegressionParams
+
+    def _mllib_data(self):
+        schema = StructType([StructField("numClasses", IntegerType()),
+                             StructField("numFeatures", IntegerType()),
+                             StructField("interceptVector", VectorUDT()),
+                             StructField("coefficientMatrix", MatrixUDT()),
+                             StructField("isMultinomial", BooleanType())])
+        # MLlib requires a row-major (transposed) matrix for a binomial model
+        rows = self._coefficient_matrix.T
+        matrix = DenseMatrix(rows.shape[0], rows.shape[1], rows.ravel().tolist(), True)
+        return (self.numClasses, self.numFeatures, self.interceptVector, matrix,
+                self.isMultinomial), schema
 
     @property
     def numClasses(self) -> int:

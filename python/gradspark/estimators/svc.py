@@ -7,9 +7,10 @@ from typing import Optional
 import numpy as np
 from pyspark import keyword_only
 from pyspark.ml.linalg import DenseVector, Vector, Vectors, VectorUDT
+from pyspark.ml.classification import LinearSVCModel
 from pyspark.ml.classification import _LinearSVCParams as _MLlibLinearSVCParams
 from pyspark.ml.param.shared import HasElasticNetParam
-from pyspark.sql.types import DoubleType
+from pyspark.sql.types import DoubleType, StructField, StructType
 
 from gradspark.data.blocks import BINARY
 from gradspark.data.statistics import DataStatistics
@@ -111,6 +112,14 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
 
 class SGDLinearSVCModel(_LinearModel, _LinearSVCParams):
     """Model fitted by :class:`SGDLinearSVC`."""
+
+    _mllib_class = LinearSVCModel
+    _mllib_params = _MLlibLinearSVCParams
+
+    def _mllib_data(self):
+        schema = StructType([StructField("coefficients", VectorUDT()),
+                             StructField("intercept", DoubleType())])
+        return (self.coefficients, self.intercept), schema
 
     @property
     def numClasses(self) -> int:
