@@ -261,3 +261,27 @@ def test_to_mllib_gives_mllibs_model_with_our_predictions(spark, dropin_data, tm
                                    atol=1e-12, err_msg=c)
     with pytest.raises(Exception, match="already exists"):
         ours.saveAsMLlib(str(tmp_path / "rows"))  # never replaces what is there
+
+
+def test_cross_validator_sub_models_load_back_fold_by_fold(spark, dropin_data, tmp_path):
+    """collectSubModels=True, saved and loaded: each fold's sub-models are that fold's
+    (pyspark's reader alone gives every fold the last fold's), and each keeps its uid
+    and coefficients; every sub-model's uid is the estimator's, as in MLlib."""
+    from pyspark.ml.evaluation import BinaryClassificationEvaluator
+    from pyspark.ml.tuning import CrossValidator, CrossValidatorModel, ParamGridBuilder
+
+    estimator = SGDLogisticRegression(maxIter=20)
+    grid = ParamGridBuilder().addGrid(estimator.regParam, [0.01, 0.1]).build()
+    fitted = CrossValidator(estimator=estimator, estimatorParamMaps=grid, numFolds=3, seed=7,
+                            evaluator=BinaryClassificationEvaluator(),
+                            collectSubModels=True).fit(dropin_data)
+    fitted.write().save(str(tmp_path / "cv"))
+    loaded = CrossValidatorModel.load(str(tmp_path / "cv"))
+    assert len(loaded.subModels) == 3
+    coefficients = [[m.coefficients.toArray() for m in fold] for fold in fitted.subModels]
+    assert not np.allclose(coefficients[0][0], coefficients[2][0])  # folds do differ
+    for fold, (ours, read) in enumerate(zip(fitted.subModels, loaded.subModels)):
+        for index, (model, back) in enumerate(zip(ours, read)):
+            assert model.uid == back.uid == estimator.uid
+            np.testing.assert_array_equal(back.coefficients.toArray(),
+                                          coefficients[fold][index])

@@ -107,5 +107,5 @@ def test_normal_equations_refuse_bad_rows_by_column(spark):
         SGDLinearRegression(solver="normal").fit(df)
     negative = spark.createDataFrame([(Vectors.dense([1.0]), 1.0, -1.0)], ["features", "label",
                                                                            "w"])
-    with pytest.raises(InvalidDataError, match="negative"):
+    with pytest.raises(InvalidDataError, match=">= 0, got -1.0 at partition"):
         SGDLinearRegression(solver="normal", weightCol="w").fit(negative)

@@ -10,6 +10,7 @@ Layout: ``estimators`` (pyspark.ml Estimator/Model classes) -> ``trainer``
 DataFrames into validated, cached blocks.
 """
 
+from gradspark import pyspark_fixes
 from gradspark.data.validation import InvalidDataError
 from gradspark.estimators import (
     SGDLinearRegression,
@@ -24,6 +25,8 @@ from gradspark.estimators import (
 from gradspark.trainer.ddp import TorchTrainingError
 
 __version__ = "0.1.0"
+
+pyspark_fixes.install()  # a pyspark bug that loads wrong CrossValidator sub-models
 
 __all__ = [
     "InvalidDataError",

@@ -64,17 +64,15 @@ def training_columns(dataset: DataFrame, features_col: str, label_col: str,
     return dataset.select(*columns)
 
 
-def features_matrix(column: pa.Array, name: str, num_features: Optional[int] = None,
-                    dtype: type = np.float32) -> np.ndarray:
-    """(rows, features) matrix (float32 unless told) from one Arrow list column; checks
-    nulls and sizes."""
+def features_matrix(column: pa.Array, name: str, num_features: Optional[int] = None) -> np.ndarray:
+    """(rows, features) float32 matrix from one Arrow list column; checks nulls and sizes."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if column.null_count:
         raise InvalidDataError(f"features column {name!r} has {column.null_count} null rows")
     lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
     if len(lengths) == 0:
-        return np.zeros((0, num_features or 0), dtype=dtype)
+        return np.zeros((0, num_features or 0), dtype=np.float32)
     width = int(lengths[0]) if num_features is None else num_features
     if (lengths != width).any():
         bad = int(np.flatnonzero(lengths != width)[0])
@@ -84,7 +82,7 @@ def features_matrix(column: pa.Array, name: str, num_features: Optional[int] = N
     if values.null_count:
         raise InvalidDataError(f"features column {name!r} has null entries inside vectors")
     # A copy: Arrow buffers are read-only, torch wants writable memory.
-    return values.to_numpy(zero_copy_only=False).astype(dtype).reshape(-1, width)
+    return values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, width)
 
 
 def require_finite(values: np.ndarray, name: str) -> None:

@@ -13,11 +13,13 @@ from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
-from pyspark.ml.functions import vector_to_array
+import scipy.sparse as sp
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from gradspark.data.columnar import features_matrix, require_finite
+from gradspark.data.blocks import REAL
+from gradspark.data.dataset import _num_features
+from gradspark.data.frames import arrow_blocks
 from gradspark.data.validation import InvalidDataError, check_schema, raising_data_errors
 
 _SUMS = pa.schema([("rows", pa.int64()), ("width", pa.int64()), ("w", pa.float64()),
@@ -71,62 +73,52 @@ def vector_width(dataset: DataFrame, features_col: str) -> int:
 
 
 def gram_sums(dataset: DataFrame, features_col: str, label_col: str,
-              weight_col: Optional[str]) -> GramSums:
-    """:class:`GramSums` of ``dataset``, or :class:`InvalidDataError` naming the column
-    and row of the first bad value (null, NaN/inf, negative weight, vector size)."""
+              weight_col: Optional[str], block_size: int = 4096) -> GramSums:
+    """:class:`GramSums` of ``dataset``. Rows are read into the same checked blocks as
+    the training data pass (:func:`~gradspark.data.frames.arrow_blocks`), so a bad value
+    gets the same :class:`InvalidDataError`, naming its column, partition and row."""
     check_schema(dataset, features_col, label_col, weight_col)
-    weight = F.col(weight_col).cast("double") if weight_col else F.lit(1.0)
-    frame = dataset.select(vector_to_array(F.col(features_col), "float64").alias("x"),
-                           F.col(label_col).cast("double").alias("y"), weight.alias("w"))
+    num_features = _num_features(dataset, features_col)
+    columns = [F.col(features_col), F.col(label_col).cast("double")]
+    if weight_col:
+        columns.append(F.col(weight_col).cast("double"))
 
     def partial(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows, width = 0, None
-        sums = None
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            x = features_matrix(batch.column(0), features_col, width, np.float64)
-            width = x.shape[1]
-            y = _values(batch.column(1), label_col, "label")
-            w = _values(batch.column(2), weight_col or "", "weight")
-            require_finite(x, features_col)
-            if (w < 0).any():
-                raise InvalidDataError(f"weight column {weight_col!r} has negative values "
-                                       f"(first: {float(w[w < 0][0])})")
-            wx = x * w[:, None]
-            part = (w.sum(), wx.sum(axis=0), wx.T @ x, (w * y) @ x, w @ y, w @ (y * y))
+        from pyspark import TaskContext
+
+        partition = TaskContext.get().partitionId()
+        rows, sums = 0, None
+        for block in arrow_blocks(batches, partition, num_features, block_size, REAL,
+                                  features_col, label_col, weight_col):
+            x, y, w = block.features, block.labels, block.weights
+            wx = x.multiply(w[:, None]).tocsr() if sp.issparse(x) else x * w[:, None]
+            aa = wx.T @ x
+            part = (w.sum(), np.asarray(wx.sum(axis=0)).ravel(),
+                    aa.toarray() if sp.issparse(aa) else aa,
+                    np.asarray(x.T @ (w * y)).ravel(), w @ y, w @ (y * y))
             sums = part if sums is None else tuple(s + p for s, p in zip(sums, part))
-            rows += batch.num_rows
+            rows += len(y)
         if sums is None:
             return
         w_sum, a, aa, ab, b, bb = sums
         yield pa.RecordBatch.from_pylist([dict(
-            rows=rows, width=width, w=float(w_sum), a=a.tolist(), aa=aa.ravel().tolist(),
-            ab=ab.tolist(), b=float(b), bb=float(bb))], schema=_SUMS)
+            rows=rows, width=num_features, w=float(w_sum), a=a.tolist(),
+            aa=aa.ravel().tolist(), ab=ab.tolist(), b=float(b), bb=float(bb))], schema=_SUMS)
 
     with raising_data_errors(features_col):
-        partials = frame.mapInArrow(partial, _SUMS_DDL).collect()
-    if not partials:
-        raise InvalidDataError("the training DataFrame has no rows")
-    widths = {p["width"] for p in partials}
-    if len(widths) > 1:
-        raise InvalidDataError(f"features column {features_col!r} holds vectors of "
-                               f"different sizes: {sorted(widths)}")
-    d = widths.pop()
+        partials = dataset.select(*columns).mapInArrow(partial, _SUMS_DDL).collect()
+    d = num_features
     total = GramSums(0, 0.0, np.zeros(d), np.zeros((d, d)), np.zeros(d), 0.0, 0.0)
     for p in partials:
         total = GramSums(total.rows + p["rows"], total.weight_sum + p["w"],
                          total.a + np.asarray(p["a"]),
                          total.aa + np.asarray(p["aa"]).reshape(d, d),
                          total.ab + np.asarray(p["ab"]), total.b + p["b"], total.bb + p["bb"])
+    if total.rows == 0:
+        raise InvalidDataError("the training DataFrame is empty")
     if total.weight_sum <= 0:
-        raise InvalidDataError(f"the weights in column {weight_col!r} sum to zero")
+        raise InvalidDataError(f"the weights in column {weight_col!r} sum to zero; nothing "
+                               "to train on")
     return total
 
 
-def _values(column: pa.Array, name: str, role: str) -> np.ndarray:
-    if column.null_count:
-        raise InvalidDataError(f"{role} column {name!r} has {column.null_count} null rows")
-    values = column.to_numpy(zero_copy_only=False).astype(np.float64)
-    require_finite(values, name)
-    return values
