@@ -285,3 +285,29 @@ def test_cross_validator_sub_models_load_back_fold_by_fold(spark, dropin_data, t
             assert model.uid == back.uid == estimator.uid
             np.testing.assert_array_equal(back.coefficients.toArray(),
                                           coefficients[fold][index])
+
+
+@pytest.fixture(scope="module")
+def breast_cancer(spark):
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    return spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(X, y)],
+                                 ["features", "label"]).repartition(2).cache()
+
+
+@pytest.mark.parametrize("path", [
+    dict(engine="jvm", executionStrategy="jobPerStep"),
+    dict(engine="python", executionStrategy="jobPerStep"),
+    dict(engine="python", executionStrategy="resident"),
+], ids=["jvm-jobPerStep", "python-jobPerStep", "resident"])
+def test_default_params_agree_with_mllib_on_every_path(spark, breast_cancer, path):
+    """``tol`` stops L-BFGS by MLlib's own rule (Breeze's), so with MLlib's default
+    Params (tol=1e-6) each execution path lands where MLlib does, to 1e-5 relative, on
+    badly scaled real data (breast cancer: features from 1e-3 to 4e3)."""
+    reference = LogisticRegression(regParam=0.01).fit(breast_cancer)
+    ours = SGDLogisticRegression(regParam=0.01, **path).fit(breast_cancer)
+    assert training_summary(ours).extra["executionStrategy"] == path["executionStrategy"]
+    expected = np.r_[reference.coefficients.toArray(), reference.intercept]
+    found = np.r_[ours.coefficients.toArray(), ours.intercept]
+    np.testing.assert_allclose(found, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
