@@ -77,7 +77,7 @@ def run(spark) -> dict:
     out["probability"] = [r[0][1] for r in ours_p]
     out["probability_mllib"] = [r[0][1] for r in ref_p]
     out["linear"] = flat(SGDLinearRegression(regParam=0.1, elasticNetParam=0.5,
-                                             **TIGHT).fit(rdf))
+                                             solver="l-bfgs", **TIGHT).fit(rdf))
     out["linear_mllib"] = flat(LinearRegression(regParam=0.1, elasticNetParam=0.5,
                                                 solver="l-bfgs", **TIGHT).fit(rdf))
     out["svc"] = flat(SGDLinearSVC(regParam=0.01, maxIter=200).fit(df))
@@ -123,7 +123,45 @@ def run(spark) -> dict:
         estimator = SGDLogisticRegression.load(f"{tmp}/estimator")
         out["estimator_params"] = [estimator.getMaxIter(), estimator.getRegParam()]
 
-    # 6. Bad input is named, as on a classic session.
+    # 6. Drop-in on Connect: MLlib's Params and defaults, default Params' fits, toMLlib.
+    problems = {}
+    for mllib_cls, our_cls in ((LogisticRegression, SGDLogisticRegression),
+                               (LinearRegression, SGDLinearRegression),
+                               (LinearSVC, SGDLinearSVC)):
+        theirs, mine = mllib_cls(), our_cls()
+        found = []
+        for param in theirs.params:
+            if not mine.hasParam(param.name):
+                found.append(f"no {param.name}")
+                continue
+            counterpart = mine.getParam(param.name)
+            if counterpart.doc != param.doc:
+                found.append(f"doc of {param.name}")
+            if theirs.hasDefault(param) and (not mine.hasDefault(counterpart) or
+                                             mine.getOrDefault(counterpart)
+                                             != theirs.getOrDefault(param)):
+                found.append(f"default of {param.name}")
+            setter = "set" + param.name[0].upper() + param.name[1:]
+            if hasattr(theirs, setter) and not hasattr(mine, setter):
+                found.append(f"no {setter}")
+        problems[mllib_cls.__name__] = found
+    out["dropin_problems"] = problems
+    default = SGDLogisticRegression(regParam=0.01).fit(df)
+    out["default_logistic"] = flat(default)
+    out["default_logistic_mllib"] = flat(LogisticRegression(regParam=0.01).fit(df))
+    normal, normal_mllib = (SGDLinearRegression(regParam=0.1).fit(rdf),
+                            LinearRegression(regParam=0.1).fit(rdf))
+    out["default_linear"], out["default_linear_mllib"] = flat(normal), flat(normal_mllib)
+    out["default_linear_errors"] = normal.summary.coefficientStandardErrors
+    out["default_linear_errors_mllib"] = normal_mllib.summary.coefficientStandardErrors
+    exported = default.toMLlib()
+    out["exported"] = [type(exported).__name__, exported.uid == default.uid]
+    out["exported_probability"] = [r[0][1] for r in exported.transform(df).select(
+        "probability").collect()]
+    out["default_probability"] = [r[0][1] for r in default.transform(df).select(
+        "probability").collect()]
+
+    # 7. Bad input is named, as on a classic session.
     bad = spark.createDataFrame([(Vectors.dense(x), 1.0) for x in X[:5]]
                                 + [(Vectors.dense([np.nan, 0, 0, 0]), 1.0)],
                                 ["features", "label"])
@@ -133,7 +171,7 @@ def run(spark) -> dict:
     except InvalidDataError as error:
         out["nan_error"] = error.message
 
-    # 7. TorchEstimator: two ranks take the single-process full-batch steps.
+    # 8. TorchEstimator: two ranks take the single-process full-batch steps.
     tX, ty = regression_arrays(301)
     tdf = spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(tX, ty)],
                                 ["features", "label"])

@@ -41,6 +41,23 @@ def test_fits_on_connect_agree_with_mllib_there(connect):
     np.testing.assert_allclose(connect["svc"], connect["svc_mllib"], rtol=0.05, atol=0.02)
 
 
+def test_mllib_dropin_holds_on_connect(connect):
+    """MLlib's Params (docs, defaults, setters) on a Connect session, default Params'
+    fits equal to MLlib's there (1e-5: L-BFGS by MLlib's stopping rule; the normal
+    equations with their standard errors), and toMLlib() scoring as we do."""
+    assert connect["dropin_problems"] == {"LogisticRegression": [], "LinearRegression": [],
+                                          "LinearSVC": []}
+    np.testing.assert_allclose(connect["default_logistic"], connect["default_logistic_mllib"],
+                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(connect["default_linear"], connect["default_linear_mllib"],
+                               rtol=1e-8)
+    np.testing.assert_allclose(connect["default_linear_errors"],
+                               connect["default_linear_errors_mllib"], rtol=1e-6)
+    assert connect["exported"] == ["LogisticRegressionModel", True]
+    np.testing.assert_allclose(connect["exported_probability"], connect["default_probability"],
+                               rtol=1e-12, atol=1e-15)
+
+
 def test_connect_fits_equal_the_classic_session_fits(spark, connect):
     df, _, _ = logistic_frame(spark, **DATA)
     tight = SGDLogisticRegression(regParam=0.01, **TIGHT).fit(df)

@@ -311,3 +311,25 @@ def test_default_params_agree_with_mllib_on_every_path(spark, breast_cancer, pat
     expected = np.r_[reference.coefficients.toArray(), reference.intercept]
     found = np.r_[ours.coefficients.toArray(), ours.intercept]
     np.testing.assert_allclose(found, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("ours,theirs", [
+    (lambda: SGDLogisticRegression(regParam=0.01), lambda: LogisticRegression(regParam=0.01)),
+    (lambda: SGDLinearSVC(regParam=0.01), lambda: LinearSVC(regParam=0.01)),
+], ids=["LogisticRegression", "LinearSVC"])
+def test_one_vs_rest_takes_our_classifiers_as_mllibs(spark, ours, theirs):
+    """pyspark.ml's OneVsRest, unchanged, over our binary classifiers: the same
+    predictions as over MLlib's (rows on a class boundary aside)."""
+    from pyspark.ml.classification import OneVsRest
+
+    g = np.random.default_rng(5)
+    centers = np.array([[0.0, 3.0], [3.0, -1.0], [-3.0, -1.0]])
+    labels = np.repeat([0, 1, 2], 60)
+    X = centers[labels] + g.normal(size=(180, 2))
+    df = spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(X, labels)],
+                               ["features", "label"]).cache()
+    mine = OneVsRest(classifier=ours()).fit(df).transform(df).select("prediction").collect()
+    mllib = OneVsRest(classifier=theirs()).fit(df).transform(df).select("prediction").collect()
+    same = np.mean([a.prediction == b.prediction for a, b in zip(mine, mllib)])
+    assert same >= 0.99
+    assert np.mean([r.prediction == t for r, t in zip(mine, labels)]) > 0.9
