@@ -261,6 +261,13 @@ def test_to_mllib_gives_mllibs_model_with_our_predictions(spark, dropin_data, tm
                                    atol=1e-12, err_msg=c)
     with pytest.raises(Exception, match="already exists"):
         ours.saveAsMLlib(str(tmp_path / "rows"))  # never replaces what is there
+    if mllib_model_cls is LinearRegressionModel:  # MLlib writes PMML for this one
+        exported.write().format("pmml").save(str(tmp_path / "pmml"))
+        pmml = spark.read.text(str(tmp_path / "pmml")).collect()
+        text = "\n".join(r.value for r in pmml)
+        assert "<RegressionModel" in text
+        for value in ours.coefficients.toArray():
+            assert f'coefficient="{value!r}"' in text or f'coefficient="{value}"' in text
 
 
 def test_cross_validator_sub_models_load_back_fold_by_fold(spark, dropin_data, tmp_path):
