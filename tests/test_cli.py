@@ -293,3 +293,40 @@ def test_torch_model_from_a_factory(spark, table, tmp_path, monkeypatch, capsys)
     assert run(spark, "train", "--model", "torch", "--input", table, "--output",
                str(tmp_path / "x")) == 2
     assert "--torch MODULE:FUNCTION" in capsys.readouterr().err
+
+
+def test_output_never_replaces_what_the_user_did_not_ask_to_replace(spark, table, tmp_path,
+                                                                   capsys):
+    """An unrelated directory, the training data, the model: refused (exit 2, all left
+    as they were) unless --overwrite; a rerun into the command's own output is fine."""
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    base = ["train", "--model", "logistic", "--input", table, "--features", "a,b",
+            "--param", "maxIter=5"]
+    assert run(spark, *base, "--output", str(precious)) == 2
+    assert "not an earlier 'gradspark train' output" in capsys.readouterr().err
+    assert (precious / "thesis.tex").read_text() == "years of work"
+
+    before = sorted(os.listdir(table))
+    assert run(spark, *base[:-4], "--features", "a,b", "--output", table) == 2
+    assert "is also --input" in capsys.readouterr().err
+    assert sorted(os.listdir(table)) == before
+
+    model = str(tmp_path / "model")
+    assert run(spark, *base, "--output", model) == 0
+    assert run(spark, *base, "--output", model) == 0  # its own output: a rerun replaces it
+    assert run(spark, "predict", "--model", model, "--input", table, "--output", model) == 2
+    assert "is also --model" in capsys.readouterr().err
+    PipelineModel.load(model)  # still the model
+
+    scored = str(tmp_path / "scored")
+    for _ in range(2):  # predictions replace earlier predictions
+        assert run(spark, "predict", "--model", model, "--input", table, "--output",
+                   scored) == 0
+    assert run(spark, "predict", "--model", model, "--input", table, "--output",
+               str(precious)) == 2
+    assert (precious / "thesis.tex").exists()
+    assert run(spark, *base, "--output", str(precious), "--overwrite") == 0  # asked for
+    assert not (precious / "thesis.tex").exists()
+    PipelineModel.load(str(precious))

@@ -41,6 +41,7 @@ from pyspark.sql.types import NumericType, StringType
 
 from gradspark.connect import is_connect
 from gradspark.report import loss_plot_png
+from gradspark.storage import entries, same_location
 from gradspark.summaries import training_summary
 
 logger = logging.getLogger("gradspark.cli")
@@ -71,7 +72,12 @@ def _parser() -> argparse.ArgumentParser:
         source.add_argument("--format", help="format of --input (default: from its suffix)")
         source.add_argument("--table", help="a table or view name")
         source.add_argument("--sql", help="a SQL query")
-        command.add_argument("--output", help="where to save the model / the predictions")
+        command.add_argument("--output", help="where to save the model / the predictions "
+                                              "(an empty or new path, or this command's own "
+                                              "earlier output)")
+        command.add_argument("--overwrite", action="store_true", default=None,
+                             help="replace whatever is at --output, even data that is not "
+                                  "this command's output, or an input")
         command.add_argument("--master", help="Spark master (default: spark-submit's or local)")
         command.add_argument("--remote", metavar="URL",
                              help="a Spark Connect server (sc://host:port), or local[N] to "
@@ -131,7 +137,37 @@ def _job(args: argparse.Namespace) -> dict:
         raise UsageError("--output is required")
     if not job.get("model"):
         raise UsageError("--model is required")
+    inputs = [("--input", job.get("input"))]
+    if args.command == "predict":
+        inputs.append(("--model", job.get("model")))
+    for flag, path in inputs:
+        if path and same_location(path, job["output"]) and not job.get("overwrite"):
+            raise UsageError(f"--output {job['output']} is also {flag}: refusing to replace "
+                             f"it with the {'model' if args.command == 'train' else 'predictions'}"
+                             "; choose another --output (or pass --overwrite)")
     return job
+
+
+# What marks an --output as this command's own earlier output, which a rerun may replace.
+TRAIN_OUTPUT = {"metadata", "stages", "metrics.json"}  # a saved PipelineModel + our report
+PREDICTIONS_MARKER = "_GRADSPARK_PREDICTIONS"  # beside the Parquet parts (readers skip "_")
+
+
+def guard_output(spark: SparkSession, job: dict) -> None:
+    """Refuse, before any work, to replace what is at ``--output`` unless it is empty,
+    this command's own earlier output, or ``--overwrite`` was given."""
+    output = job["output"]
+    found = entries(spark, output)
+    if not found or job.get("overwrite"):
+        return
+    ours = (TRAIN_OUTPUT <= set(found) if job["command"] == "train"
+            else PREDICTIONS_MARKER in found)
+    if not ours:
+        shown = ", ".join(sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
+        raise UsageError(f"--output {output} already holds {len(found)} entries ({shown}) "
+                         f"that are not an earlier 'gradspark {job['command']}' output: "
+                         "refusing to replace them; choose an empty or new path (or pass "
+                         "--overwrite)")
 
 
 def _read_job_file(path: str):
@@ -339,6 +375,7 @@ def _evaluators(kind: str, label: str, binary: bool) -> Dict[str, object]:
 
 def train(spark: SparkSession, job: dict) -> dict:
     """Fit, evaluate and save; returns the metrics written to metrics.json."""
+    guard_output(spark, job)
     estimators = _estimators()
     kind = job["model"]
     if kind not in estimators and kind != "torch":
@@ -413,11 +450,13 @@ def _phase(text: str) -> None:
 
 
 def predict(spark: SparkSession, job: dict) -> dict:
+    guard_output(spark, job)
     model = PipelineModel.load(job["model"])
     scored = model.transform(read_source(spark, job))
     keep = [c for c in scored.columns if c != FEATURES and not c.endswith(("__index",
                                                                            "__onehot"))]
     scored.select(*keep).write.mode("overwrite").parquet(job["output"])
+    write_file(spark, job["output"].rstrip("/") + "/" + PREDICTIONS_MARKER, b"")
     return {"output": job["output"], "rows": spark.read.parquet(job["output"]).count()}
 
 

@@ -12,7 +12,6 @@ on classic and Connect sessions.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -22,7 +21,7 @@ from pyspark.ml.param import Params
 from pyspark.sql import SparkSession
 
 from gradspark.accessors import declared_params
-from gradspark.connect import is_connect
+from gradspark.storage import entries
 
 
 def _simple(value: Any) -> bool:
@@ -48,26 +47,11 @@ def mllib_metadata(model: Any, spark: SparkSession) -> str:
                        "uid": model.uid, "paramMap": params, "defaultParamMap": defaults})
 
 
-def _exists(spark: SparkSession, path: str) -> bool:
-    """Whether anything is at ``path``: Hadoop's FileSystem on classic sessions, pyarrow's
-    on Spark Connect (no py4j there)."""
-    if is_connect(spark):
-        import pyarrow.fs
-
-        fs, inner = pyarrow.fs.FileSystem.from_uri(path if "://" in path
-                                                   else f"file://{os.path.abspath(path)}")
-        return fs.get_file_info(inner).type != pyarrow.fs.FileType.NotFound
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()) \
-        .exists(hadoop_path)
-
-
 def save_as_mllib(model: Any, path: str, overwrite: bool = False) -> None:
     """Write ``model`` in MLlib's layout at ``path``, refusing a path that exists unless
     ``overwrite`` (which replaces only the ``metadata/`` and ``data/`` it writes)."""
     spark = SparkSession.active()
-    if not overwrite and _exists(spark, path):
+    if not overwrite and entries(spark, path) is not None:
         raise FileExistsError(f"{path} already exists: saveAsMLlib never replaces what is "
                               "there; pass overwrite=True or another path")
     mode = "overwrite" if overwrite else "errorifexists"
