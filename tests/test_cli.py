@@ -330,3 +330,33 @@ def test_output_never_replaces_what_the_user_did_not_ask_to_replace(spark, table
     assert run(spark, *base, "--output", str(precious), "--overwrite") == 0  # asked for
     assert not (precious / "thesis.tex").exists()
     PipelineModel.load(str(precious))
+
+
+@pytest.mark.parametrize("param, message", [
+    ("maxIter=-5", "maxIter must be >= 0"),
+    ("miniBatchFraction=0", "miniBatchFraction must be in"),
+    ("stepSize=NaN", "stepSize must be a finite number"),
+    ("regParam=1e400", "regParam must be a finite number"),
+    ("tol=-1", "tol must be >= 0"),
+])
+def test_bad_params_exit_2_before_spark_starts(monkeypatch, capsys, param, message):
+    def no_spark(job):
+        raise AssertionError("Spark was started for a job with a bad --param")
+
+    monkeypatch.setattr(cli, "_session", no_spark)
+    assert cli.main(["train", "--model", "logistic", "--input", "x.parquet",
+                     "--output", "y", "--param", param]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_blank_cells_and_the_label_among_features_are_named(spark, tmp_path, capsys):
+    csv = tmp_path / "data.csv"
+    csv.write_text("a,b,label\n1.0,2.0,1\n0.5,,0\n-1.0,3.0,0\n2.0,1.0,1\n")
+    out = str(tmp_path / "out")
+    assert run(spark, "train", "--model", "logistic", "--input", str(csv), "--output",
+               out, "--test-fraction", "0") == 3
+    assert "column 'b' is blank, null or NaN in 1 rows" in capsys.readouterr().err
+    assert not os.path.exists(out)
+    assert run(spark, "train", "--model", "logistic", "--input", str(csv), "--features",
+               "a,label", "--output", out) == 2
+    assert "label column 'label' is among --features" in capsys.readouterr().err

@@ -37,9 +37,11 @@ from pyspark.ml.evaluation import (
 from pyspark.ml.feature import OneHotEncoder, StringIndexer, VectorAssembler
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import NumericType, StringType
 
 from gradspark.connect import is_connect
+from gradspark.data.validation import InvalidDataError
 from gradspark.report import loss_plot_png
 from gradspark.storage import entries, same_location
 from gradspark.summaries import training_summary
@@ -151,6 +153,36 @@ def _job(args: argparse.Namespace) -> dict:
 # What marks an --output as this command's own earlier output, which a rerun may replace.
 TRAIN_OUTPUT = {"metadata", "stages", "metrics.json"}  # a saved PipelineModel + our report
 PREDICTIONS_MARKER = "_GRADSPARK_PREDICTIONS"  # beside the Parquet parts (readers skip "_")
+
+
+def check_params(job: dict) -> None:
+    """Refuse an unknown --model or a bad --param before Spark starts (exit 2)."""
+    estimators = _estimators()
+    kind = job["model"]
+    if kind not in estimators and kind != "torch":
+        raise UsageError(f"--model must be one of {sorted(estimators) + ['torch']}, "
+                         f"got {kind!r}")
+    if kind == "torch":  # its Params come from the user's function, imported later
+        return
+    try:
+        estimators[kind](**job["params"])._validate_params()
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"bad --param for {kind}: {error}") from None
+
+
+def require_complete(df: DataFrame, columns: List[str]) -> None:
+    """Refuse numeric columns with nulls or NaN, by name, in one pass: the assembler would
+    turn a blank CSV cell into a NaN feature, named only as the assembled vector, and a
+    held-out row with one would score NaN into the metrics."""
+    if not columns:
+        return
+    counts = df.select(*[F.sum((F.col(c).isNull() | F.isnan(F.col(c).cast("double")))
+                               .cast("long")).alias(c) for c in columns]).first()
+    bad = {c: int(counts[c] or 0) for c in columns if counts[c]}
+    if bad:
+        raise InvalidDataError("; ".join(f"column {c!r} is blank, null or NaN in {n} rows"
+                                         for c, n in bad.items())
+                               + ": fill or drop those rows first")
 
 
 def guard_output(spark: SparkSession, job: dict) -> None:
@@ -378,9 +410,6 @@ def train(spark: SparkSession, job: dict) -> dict:
     guard_output(spark, job)
     estimators = _estimators()
     kind = job["model"]
-    if kind not in estimators and kind != "torch":
-        raise UsageError(f"--model must be one of {sorted(estimators) + ['torch']}, "
-                         f"got {kind!r}")
     df = read_source(spark, job)
     label, weight = job["label"], job.get("weight")
     for role, column in (("label", label), ("weight", weight)):
@@ -391,6 +420,17 @@ def train(spark: SparkSession, job: dict) -> dict:
     if isinstance(features, str):
         features = [c.strip() for c in features.split(",") if c.strip()]
     features = features or [c for c in df.columns if c not in (label, weight)]
+    for role, column in (("label", label), ("weight", weight)):
+        if column in features:
+            raise UsageError(f"the {role} column {column!r} is among --features: a model "
+                             f"would be given its own answer; leave it out of --features")
+    missing = [c for c in features if c not in df.columns]
+    if missing:
+        raise UsageError(f"feature columns {missing} not found; the data has "
+                         f"{sorted(df.columns)}")
+    require_complete(df, [c for c in features if isinstance(df.schema[c].dataType,
+                                                            NumericType)]
+                     + [c for c in (label, weight) if c])
     params = dict(job["params"], labelCol=label, featuresCol=FEATURES)
     if weight and kind == "torch":
         raise UsageError("--weight is not supported with --model torch")
@@ -482,8 +522,6 @@ def write_file(spark: SparkSession, path: str, data: bytes) -> None:
 
 def main(argv: Optional[Sequence[str]] = None, spark: Optional[SparkSession] = None) -> int:
     """Run one command; returns the exit status. ``spark``: reuse a session (tests)."""
-    from gradspark.data.validation import InvalidDataError
-
     args = _parser().parse_args(argv)  # exits with 2 on malformed flags
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -491,6 +529,8 @@ def main(argv: Optional[Sequence[str]] = None, spark: Optional[SparkSession] = N
     try:
         job = _job(args)
         job["command"] = args.command
+        if args.command == "train":
+            check_params(job)
         if spark is None:
             spark = _session(job)
             check_executors(spark)

@@ -7,6 +7,7 @@ defaults match MLlib exactly; the mixins below add only what MLlib lacks.
 
 from __future__ import annotations
 
+import math
 import zlib
 
 from pyspark.ml.param import Param, Params, TypeConverters
@@ -553,6 +554,11 @@ def _validate_communication(params: SGDParams) -> None:
 
 def validate_sgd_params(params: SGDParams) -> None:
     """Raise ValueError on Param combinations that cannot train correctly."""
+    for param, value in params.extractParamMap().items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{param.name} must be a finite number, got {value}")
+    if params.getTol() < 0:
+        raise ValueError(f"tol must be >= 0, got {params.getTol()}")
     fraction = params.getMiniBatchFraction()
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"miniBatchFraction must be in (0, 1], got {fraction}")
