@@ -245,3 +245,91 @@ def test_fuzzed_frames_during_training_change_nothing():
         rejected = server.rejected_frames + server.rejected_gradients
     assert len(sent) >= 50 and rejected >= len(sent) * 0.9
     np.testing.assert_array_equal(training.theta, reference.theta)
+
+
+def _slow_stranger(address, stop: threading.Event, interval: float = 0.2) -> dict:
+    """A client that sends one garbage byte every ``interval`` s (each read within any
+    per-read timeout) and never authenticates; reports when the server closed it."""
+    seen = {"closed_after": None}
+
+    def run():
+        start = time.monotonic()
+        try:
+            with socket.create_connection(address, timeout=30) as s:
+                while not stop.is_set():
+                    s.sendall(b"\x00")
+                    s.settimeout(interval)
+                    try:
+                        if s.recv(4096) == b"" and seen["closed_after"] is None:
+                            break
+                    except socket.timeout:
+                        pass
+        except OSError:
+            pass
+        seen["closed_after"] = time.monotonic() - start
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    seen["thread"] = thread
+    return seen
+
+
+def test_a_slow_stranger_is_dropped_at_the_whole_handshake_deadline():
+    """One byte every 0.2 s never trips a per-read limit; the handshake deadline (1 s
+    here) closes it anyway, and it is counted."""
+    X, _, _, _ = least_squares()
+    _, training = make_training(X, 2)
+    stop = threading.Event()
+    with ParameterServer(training, HOST, 2, handshake_timeout=1.0) as server:
+        stranger = _slow_stranger(server.address, stop)
+        stranger["thread"].join(10)
+        stop.set()
+        assert stranger["closed_after"] is not None and stranger["closed_after"] < 3.0
+        assert wait_until(lambda: server.refused_connections >= 1)
+
+
+def test_a_flood_of_slow_strangers_cannot_keep_the_workers_out(caplog):
+    """3x more slow strangers than handshake slots, held open for the whole fit: the
+    workers still connect (the oldest pending stranger makes room), the fit reaches the
+    solution, and the log gets a bounded number of WARNING lines."""
+    X, y, blocks, exact = least_squares()
+    objective, training = make_training(X, 2, schedule="cosine")
+    stop = threading.Event()
+    with caplog.at_level("WARNING", logger="gradspark.ps.server"):
+        with ParameterServer(training, HOST, 2, handshake_timeout=5.0,
+                             max_pending=10) as server:
+            strangers = [_slow_stranger(server.address, stop) for _ in range(30)]
+            time.sleep(1.0)  # every handshake slot is taken by now
+            threads, pushes, errors = start_workers(server, blocks, objective.loss, 3, 300)
+            finish(threads, errors)
+            stop.set()
+            refused = server.refused_connections
+        for stranger in strangers:
+            stranger["thread"].join(10)
+    np.testing.assert_allclose(solution(objective, training), exact, atol=1e-6)
+    assert pushes == {0: 300, 1: 300}
+    assert refused >= 20  # the strangers dropped to admit newer connections
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) <= 2 * 5 + 2  # a burst per 10 s window, and the summary lines
+
+
+def test_driver_servers_bind_loopback_in_local_mode_and_spark_settings_elsewhere(spark):
+    from pyspark import SparkConf
+    from types import SimpleNamespace
+
+    from gradspark.ps.endpoint import driver_endpoint
+
+    assert spark.sparkContext.master.startswith("local")
+    assert driver_endpoint(spark.sparkContext) == ("127.0.0.1", "127.0.0.1")
+    assert driver_endpoint(spark.sparkContext, "10.1.2.3") == ("10.1.2.3", "10.1.2.3")
+    conf = SparkConf(loadDefaults=False).set("spark.driver.host", "driver.example")
+    cluster = SimpleNamespace(master="spark://master.example:7077", getConf=lambda: conf)
+    assert driver_endpoint(cluster) == ("driver.example", "driver.example")
+    conf.set("spark.driver.bindAddress", "10.0.0.7")
+    assert driver_endpoint(cluster) == ("10.0.0.7", "driver.example")
+    # A server advertises the address the executors are told, and listens on the bound one.
+    X, _, _, _ = least_squares()
+    _, training = make_training(X, 1)
+    with ParameterServer(training, "127.0.0.1", 1, advertise="localhost") as server:
+        assert server.address[0] == "localhost"
+        assert server._listener.getsockname()[0] == "127.0.0.1"

@@ -58,6 +58,7 @@ from gradspark.engine.touched import TouchedBatch, TouchedFeatures
 from gradspark.faults import fault_plan
 from gradspark.losses import Loss
 from gradspark.params import TOPOLOGIES
+from gradspark.ps.endpoint import driver_endpoint
 from gradspark.ps import ParameterClient, ParameterServer
 from gradspark.ps.tasks import RddBlocks, by_partition, resident_stage_lock, resident_task
 from gradspark.trainer.barrier import require_task_slots
@@ -578,8 +579,8 @@ class ResidentGradientEngine:
         if not tree:
             self.sizing = BatchSizing(self.mini_batch_fraction, range(num_workers),
                                       adaptive=self.batch_sizing == "throughput")
-        host = self.host or sc.getConf().get("spark.driver.host", "127.0.0.1")
-        self.server = ParameterServer(rounds, host, num_workers)
+        bind, advertise = driver_endpoint(sc, self.host)
+        self.server = ParameterServer(rounds, bind, num_workers, advertise=advertise)
         compression = self.compression
         if tree:
             task = tree_task(self.server.address, self.server.secret, self.tree,

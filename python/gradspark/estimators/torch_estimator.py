@@ -49,6 +49,7 @@ from gradspark.data.validation import InvalidDataError
 from gradspark.faults import fault_plan
 from gradspark.params import HasCheckpoints, HasValidation, _one_of
 from gradspark.persistence import DataFrameWriter
+from gradspark.ps.endpoint import driver_endpoint
 from gradspark.ps import ParameterServer
 from gradspark.report import LossCurve
 from gradspark.trainer.barrier import require_task_slots
@@ -350,8 +351,8 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         if self.getProgressInterval() < 0:
             return None, None, spec
         reports = ProgressReports()
-        host = context.getConf().get("spark.driver.host", "127.0.0.1")
-        server = ParameterServer(reports, host, 1)
+        bind, advertise = driver_endpoint(context)
+        server = ParameterServer(reports, bind, 1, advertise=advertise)
         return reports, server, dataclasses.replace(
             spec, progress_address=server.address, progress_secret=server.secret,
             progress_interval=self.getProgressInterval())

@@ -28,12 +28,30 @@ class ParameterClient:
     def __init__(self, address: Tuple[str, int], secret: bytes, worker: int, attempt: int = 0,
                  connect_timeout: float = 30.0) -> None:
         self.worker = worker
-        self.sock = _connect(address, connect_timeout)
-        try:
-            self.start_clock, self.vector_size = self._handshake(secret, attempt)
-        except BaseException:
-            self.sock.close()
-            raise
+        deadline = time.monotonic() + connect_timeout
+        delay, tries = 0.05, 0
+        while True:
+            self.sock = _connect(address, max(deadline - time.monotonic(), 1.0))
+            tries += 1
+            try:
+                self.start_clock, self.vector_size = self._handshake(secret, attempt)
+                return
+            except (EOFError, ConnectionError) as closed:
+                # The server drops connections still in their handshake when a flood
+                # fills its slots; a worker's next try gets in (it needs one round trip).
+                self.sock.close()
+                if time.monotonic() + delay > deadline:
+                    raise ConnectionError(
+                        f"the parameter server at {address[0]}:{address[1]} closed the "
+                        f"connection during the handshake {tries} times in "
+                        f"{connect_timeout:.0f} s ({closed!r}): it refuses connections "
+                        "while flooded by unauthenticated clients, or its fit is over; "
+                        "see the driver's log") from None
+                time.sleep(delay)
+                delay = min(2 * delay, 1.0)
+            except BaseException:
+                self.sock.close()
+                raise
 
     def _handshake(self, secret: bytes, attempt: int) -> Tuple[int, int]:
         channel = Channel(self.sock, secret, HANDSHAKE_LIMIT)

@@ -14,6 +14,7 @@ import logging
 import secrets
 import socket
 import threading
+import time
 import weakref
 from typing import Dict, Optional, Protocol, Tuple
 
@@ -27,6 +28,39 @@ from gradspark.ps.wire import (
 logger = logging.getLogger(__name__)
 
 _RUNNING: "weakref.WeakSet[ParameterServer]" = weakref.WeakSet()
+
+
+class RateLimitedWarnings:
+    """At most ``burst`` WARNING lines per ``window`` seconds; the rest are counted and
+    reported in one line when the window closes (a flood must not flood the log)."""
+
+    def __init__(self, log: logging.Logger, burst: int = 5, window: float = 10.0) -> None:
+        self.log, self.burst, self.window = log, burst, window
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._shown = self._suppressed = 0
+
+    def warn(self, message: str, *args) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._start >= self.window:
+                self._roll(now)
+            if self._shown < self.burst:
+                self._shown += 1
+                self.log.warning(message, *args)
+            else:
+                self._suppressed += 1
+
+    def flush(self) -> None:
+        with self._lock:
+            self._roll(time.monotonic())
+
+    def _roll(self, now: float) -> None:
+        if self._suppressed:
+            self.log.warning("parameter server: %d more warnings like the above in the last "
+                             "%.0f s (connections refused or rejected; see "
+                             "summary.extra's counts)", self._suppressed, now - self._start)
+        self._start, self._shown, self._suppressed = now, 0, 0
 
 
 def running_servers() -> list:
@@ -62,12 +96,20 @@ class ParameterServer:
 
     def __init__(self, handler: Handler, host: str, num_workers: int,
                  secret: Optional[bytes] = None, handshake_timeout: float = 10.0,
-                 max_connections: Optional[int] = None) -> None:
+                 max_connections: Optional[int] = None, advertise: Optional[str] = None,
+                 max_pending: Optional[int] = None) -> None:
         self.handler = handler
         self.num_workers = num_workers
         self.secret = secret or secrets.token_bytes(32)
+        # A whole-handshake deadline, not a per-read one: a client sending one byte every
+        # few seconds must not hold a slot for ever.
         self.handshake_timeout = handshake_timeout
+        # Authenticated connections (they hold the secret: workers, retries, relays) ...
         self.max_connections = max_connections or 4 * num_workers + 16
+        # ... and, apart from them, connections still in their handshake. When those are
+        # full the oldest is dropped, not the newcomer: a worker's handshake takes one
+        # round trip, so a flood of slow strangers cannot keep it out.
+        self.max_pending = max_pending or num_workers + 16
         self.limit = FIELDS[Kind.PUSH].size + 8 * handler.vector_size
         self.rejected_frames = 0
         self.rejected_gradients = 0
@@ -76,15 +118,21 @@ class ParameterServer:
         self.closed = False
         self._lock = threading.Lock()
         self._connections: Dict[int, socket.socket] = {}
+        self._pending: Dict[int, Tuple[socket.socket, float]] = {}  # id -> (conn, deadline)
+        self._expired: set = set()
+        self._warnings = RateLimitedWarnings(logger)
         self._threads: list = []
         self._listener = socket.create_server((host, 0))
-        self.address: Tuple[str, int] = (host, self._listener.getsockname()[1])
+        self.address: Tuple[str, int] = (advertise or host, self._listener.getsockname()[1])
         self._acceptor = threading.Thread(target=self._accept, name="gradspark-ps-accept",
                                           daemon=True)
         self._acceptor.start()
+        self._reaper = threading.Thread(target=self._reap, name="gradspark-ps-reaper",
+                                        daemon=True)
+        self._reaper.start()
         _RUNNING.add(self)
-        logger.info("parameter server listening on %s:%d for %d workers", *self.address,
-                    num_workers)
+        logger.info("parameter server listening on %s:%d (advertised as %s) for %d workers",
+                    host, self.address[1], self.address[0], num_workers)
 
     # -- lifecycle --------------------------------------------------------
     def close(self) -> None:
@@ -105,6 +153,8 @@ class ParameterServer:
                 pass
             conn.close()
         self._acceptor.join(timeout=5)
+        self._reaper.join(timeout=5)
+        self._warnings.flush()
         for thread in list(self._threads):
             thread.join(timeout=5)
         logger.info("parameter server on %s:%d closed", *self.address)
@@ -123,13 +173,21 @@ class ParameterServer:
             except OSError:
                 return
             with self._lock:
-                if len(self._connections) >= self.max_connections:
+                if len(self._pending) >= self.max_pending:
+                    oldest = min(self._pending, key=lambda k: self._pending[k][1])
+                    self._drop_pending(oldest)
+                    self._warnings.warn("dropped the oldest of %d unauthenticated "
+                                        "connections to admit one from %s",
+                                        len(self._pending), peer)
+                elif len(self._connections) - len(self._pending) >= self.max_connections:
                     self.refused_connections += 1
-                    logger.warning("refused connection from %s: %d connections open", peer,
-                                   len(self._connections))
+                    self._warnings.warn("refused connection from %s: %d authenticated "
+                                        "connections open", peer,
+                                        len(self._connections) - len(self._pending))
                     conn.close()
                     continue
                 self._connections[id(conn)] = conn
+                self._pending[id(conn)] = (conn, time.monotonic() + self.handshake_timeout)
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._threads = [t for t in self._threads if t.is_alive()]
                 thread = threading.Thread(target=self._serve, args=(conn, peer),
@@ -137,14 +195,34 @@ class ParameterServer:
                 self._threads.append(thread)
             thread.start()
 
+    def _drop_pending(self, key: int) -> None:
+        """Close a connection still in its handshake (the caller holds the lock)."""
+        conn, _ = self._pending.pop(key)
+        self._expired.add(key)
+        self.refused_connections += 1
+        try:
+            conn.shutdown(socket.SHUT_RDWR)  # its thread's read returns; it cleans up
+        except OSError:
+            pass
+
+    def _reap(self) -> None:
+        """Enforce the whole-handshake deadline of every pending connection."""
+        tick = min(0.5, self.handshake_timeout / 4)
+        while not self.closed:
+            time.sleep(tick)
+            now = time.monotonic()
+            with self._lock:
+                for key in [k for k, (_, deadline) in self._pending.items() if deadline < now]:
+                    self._drop_pending(key)
+
     def _reject(self, peer, reason: str, gradient: bool = False) -> None:
         with self._lock:
             if gradient:
                 self.rejected_gradients += 1
             else:
                 self.rejected_frames += 1
-        logger.warning("parameter server rejected %s from %s: %s",
-                       "a gradient" if gradient else "a frame", peer, reason)
+        self._warnings.warn("parameter server rejected %s from %s: %s",
+                            "a gradient" if gradient else "a frame", peer, reason)
 
     def _serve(self, conn: socket.socket, peer) -> None:
         worker: Optional[int] = None
@@ -153,6 +231,10 @@ class ParameterServer:
             conn.settimeout(self.handshake_timeout)
             channel = Channel(conn, self.secret, HANDSHAKE_LIMIT)
             worker, attempt = self._handshake(channel)
+            with self._lock:
+                if self._pending.pop(id(conn), None) is None:  # its deadline passed meanwhile
+                    raise ProtocolError(f"worker {worker}: handshake over "
+                                        f"{self.handshake_timeout:.0f} s")
             self.traffic.watch(channel)
             conn.settimeout(None)  # gradients may take long; silence is the clock's business
             channel.send(Kind.WELCOME, (self.handler.on_hello(worker, attempt),
@@ -191,7 +273,11 @@ class ParameterServer:
             self._reject(peer, "no authenticated hello within "
                                f"{self.handshake_timeout:.0f} s")
         except (EOFError, OSError):
-            if worker is None:  # e.g. a client that found our challenge tagged with another secret
+            if id(conn) in self._expired:
+                self._reject(peer, "no authenticated hello within "
+                                   f"{self.handshake_timeout:.0f} s, or dropped for a newer "
+                                   "connection while the handshake slots were full")
+            elif worker is None:  # e.g. a client that found our challenge tagged with another secret
                 self._reject(peer, "connection closed before authenticating")
             # otherwise the peer went away (a failed task): the clock deals with it
         finally:
@@ -201,6 +287,8 @@ class ParameterServer:
                 self.handler.on_disconnect(worker)
             with self._lock:
                 self._connections.pop(id(conn), None)
+                self._pending.pop(id(conn), None)
+                self._expired.discard(id(conn))
             conn.close()
 
     def _handshake(self, channel: Channel):

@@ -43,6 +43,7 @@ from gradspark.engine.sums import GradientSums, add_sums, split_map
 from gradspark.engine.touched import TouchedFeatures
 from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
+from gradspark.ps.endpoint import driver_endpoint
 from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
 from gradspark.ps.tasks import RddBlocks, resident_stage_lock, resident_task
 from gradspark.trainer.objective import LinearObjective
@@ -380,9 +381,9 @@ def train_async(
     server = None
     try:
         if not training.stopped:
-            host = config.host or sc.getConf().get("spark.driver.host", "127.0.0.1")
+            bind, advertise = driver_endpoint(sc, config.host)
             with resident_stage_lock(sc):  # one stage of long-running workers at a time
-                server = ParameterServer(training, host, num_workers)
+                server = ParameterServer(training, bind, num_workers, advertise=advertise)
                 try:
                     run = worker_task(server.address, server.secret, objective,
                                       config.max_iter, config.compression, config.sparse_pull)

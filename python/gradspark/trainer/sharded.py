@@ -53,6 +53,7 @@ from gradspark.engine.sums import GradientSums, split_map
 from gradspark.engine.touched import TouchedFeatures
 from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
+from gradspark.ps.endpoint import driver_endpoint
 from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
 from gradspark.ps.shards import ShardLayout, join_states, pack_state, slice_state, unpack_state
 from gradspark.ps.tasks import RddBlocks, by_partition, resident_stage_lock
@@ -609,12 +610,13 @@ def train_sharded(objective: LinearObjective, theta0: np.ndarray, config: AsyncC
     try:
         if not coordinator.stopped:
             require_task_slots(sc, num_workers, use_gpu=False)
-            host = config.host or sc.getConf().get("spark.driver.host", "127.0.0.1")
+            bind, advertise = driver_endpoint(sc, config.host)
             with resident_stage_lock(sc):
-                server = ParameterServer(coordinator, host, num_workers + num_shards)
+                server = ParameterServer(coordinator, bind, num_workers + num_shards,
+                                         advertise=advertise)
                 try:
                     task = sharded_task(server.address, server.secret, objective, layout,
-                                        config, num_workers, host.startswith("127."),
+                                        config, num_workers, advertise.startswith("127."),
                                         checkpoints.interval if checkpoints else 0)
                     reports = source.run(task, "sharded", barrier=True)
                     logger.info("sharded: %d workers finished (%s)", len(reports), reports)
