@@ -18,6 +18,11 @@ import numpy as np
 MAGIC = b"GRADSPARK-CHECKPOINT-1\n"
 
 
+class CheckpointWriteError(IOError):
+    """A checkpoint could not be written: the fit stops, naming the path and the cause
+    (training on without the checkpoints the user asked for would lose work silently)."""
+
+
 class CorruptCheckpointError(ValueError):
     """A checkpoint whose bytes do not match its checksum, or that cannot be parsed."""
 

@@ -104,6 +104,7 @@ class TrainingCheckpoints:
             )
         logger.warning("resuming %s from checkpoint step %d in %s",
                        self.meta["estimator"], step, where)
+        self.store.adopt(step)
         return state
 
     def due(self, step: int) -> bool:

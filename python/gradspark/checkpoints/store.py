@@ -18,7 +18,11 @@ import re
 import uuid
 from typing import List, Optional, Tuple
 
-from gradspark.checkpoints.format import CorruptCheckpointError, TrainingState
+from gradspark.checkpoints.format import (
+    CheckpointWriteError,
+    CorruptCheckpointError,
+    TrainingState,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +42,9 @@ class CheckpointFiles:
         if keep < 1:
             raise ValueError(f"keepCheckpoints must be >= 1, got {keep}")
         self.keep = keep
+        # The checkpoints this fit wrote (or resumed from), oldest first: the only ones
+        # pruning may delete. Files of other runs, or unreadable ones, are never touched.
+        self.own: List[int] = []
 
     # -- what a file system provides
     def _names(self) -> List[str]:
@@ -60,10 +67,36 @@ class CheckpointFiles:
         return sorted(int(match.group(1)) for match in found if match)
 
     def write(self, state: TrainingState) -> str:
-        where = self._put(f".tmp-{uuid.uuid4().hex}", _file_name(state.step), state.to_bytes())
-        for old in self.steps()[:-self.keep]:
-            self._delete(_file_name(old))
+        """Write ``state`` (to a temporary name, then renamed), then prune this fit's
+        older checkpoints beyond ``keep``; never the one just written, never another
+        run's. A failed write removes its temporary file and raises
+        :class:`CheckpointWriteError` naming the path and the cause."""
+        temporary = f".tmp-{uuid.uuid4().hex}"
+        try:
+            where = self._put(temporary, _file_name(state.step), state.to_bytes())
+        except Exception as cause:  # noqa: BLE001 - Py4JJavaError, OSError, ...
+            try:
+                self._delete(temporary)
+            except Exception:  # noqa: BLE001 - the write's failure is the one to report
+                logger.warning("could not remove %s/%s", self.location, temporary)
+            text = str(getattr(cause, "java_exception", cause)).strip().splitlines()
+            raise CheckpointWriteError(
+                f"could not write checkpoint step {state.step} to {self.location}: "
+                f"{type(cause).__name__}: {text[0] if text else ''}") from None
+        self.own = [step for step in self.own if step != state.step] + [state.step]
+        for old in self.own[:-self.keep]:
+            try:
+                self._delete(_file_name(old))
+            except Exception as problem:  # noqa: BLE001 - a stale file is not worth a fit
+                logger.warning("could not prune checkpoint step %d in %s: %s", old,
+                               self.location, problem)
+        self.own = self.own[-self.keep:]
         return where
+
+    def adopt(self, step: int) -> None:
+        """Count a checkpoint this fit resumed from as its own (pruned in turn)."""
+        if step not in self.own:
+            self.own.insert(0, step)
 
     def read(self, step: int) -> TrainingState:
         return TrainingState.from_bytes(self._get(_file_name(step)))
@@ -164,7 +197,10 @@ class ArrowCheckpointStore(CheckpointFiles):
             raise CorruptCheckpointError(f"unreadable: {exc}") from None
 
     def _delete(self, name: str) -> None:
-        self.fs.delete_file(f"{self.root}/{name}")
+        try:
+            self.fs.delete_file(f"{self.root}/{name}")
+        except FileNotFoundError:
+            pass
 
 
 def checkpoint_store(spark, directory: str, keep: int) -> CheckpointFiles:

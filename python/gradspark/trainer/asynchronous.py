@@ -35,7 +35,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from gradspark.checkpoints import TrainingCheckpoints
+from gradspark.checkpoints import CheckpointWriteError, TrainingCheckpoints
 from gradspark.comm.compression import Compression
 from gradspark.data.blocks import Block
 from gradspark.engine.python import grouped_sums
@@ -124,6 +124,7 @@ class AsyncTraining:
         self.pending: Dict[int, Dict[int, GradientSums]] = {}
         self.step_start_theta = self.theta.copy()
         self.stopped = self.converged or start >= config.max_iter
+        self.failure: Optional[Exception] = None  # a checkpoint write that failed
         self.started = time.monotonic()
         self.staleness = _Running()  # steps ahead of the slowest worker, at each pull
         self.update_delay = _Running()  # updates applied between a pull and its push
@@ -255,7 +256,11 @@ class AsyncTraining:
         if not np.isfinite(loss) or self.converged or done >= self.config.max_iter:
             self.stopped = True
         if self.checkpoints and (self.stopped or self.checkpoints.due(done)):
-            self.checkpoints.save(done, self.theta, self.state, self.history, self.converged)
+            try:
+                self.checkpoints.save(done, self.theta, self.state, self.history,
+                                      self.converged)
+            except CheckpointWriteError as error:  # in a server thread: stop, raise later
+                self.failure, self.stopped = error, True
 
     def result(self, server: Optional[ParameterServer]) -> TrainingResult:
         metrics = {
@@ -394,6 +399,8 @@ def train_async(
                     server.close()
     finally:
         progress.close()
+    if training.failure is not None:
+        raise training.failure
     result = training.result(server)
     check_finite(result, config)
     return result

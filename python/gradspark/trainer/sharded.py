@@ -46,7 +46,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from gradspark.checkpoints import TrainingCheckpoints
+from gradspark.checkpoints import CheckpointWriteError, TrainingCheckpoints
 from gradspark.comm.compression import Encoded
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, split_map
@@ -308,6 +308,7 @@ class Coordinator:
         self.history = list(history)
         self.converged = converged
         self.stopped = converged or start >= self.config.max_iter
+        self.failure: Optional[Exception] = None  # a checkpoint write that failed
         self.losses: Dict[int, Dict[int, np.ndarray]] = {}
         self.shard_reports: Dict[int, Dict[int, np.ndarray]] = {}
         self.finals: Dict[int, np.ndarray] = {}
@@ -425,7 +426,11 @@ class Coordinator:
             self._save(done, theta, state)
 
     def _save(self, done: int, theta, state) -> None:
-        self.checkpoints.save(done, theta, state, self.history, self.converged)
+        try:
+            self.checkpoints.save(done, theta, state, self.history, self.converged)
+        except CheckpointWriteError as error:  # in a server thread: stop, raise later
+            self.failure, self.stopped = error, True
+            return
         self.restore = (done, theta, state, list(self.history), self.converged)
 
     def _join(self, packed: List[np.ndarray]):
@@ -449,6 +454,8 @@ class Coordinator:
                                        for s in range(self.num_shards)])
             if self.checkpoints:
                 self._save(self.next_step, theta, state)
+                if self.failure is not None:
+                    raise self.failure
         else:  # the fit had nothing left to do (a converged checkpoint)
             theta = self.restore[1]
         shard_traffic = {name: [int(self.finals[s][i]) if s in self.finals else 0
@@ -624,6 +631,8 @@ def train_sharded(objective: LinearObjective, theta0: np.ndarray, config: AsyncC
                     server.close()
     finally:
         progress.close()
+    if coordinator.failure is not None:
+        raise coordinator.failure
     result = coordinator.result(server)
     check_finite(result, config)
     return result

@@ -1,0 +1,73 @@
+"""Checkpoints never lost silently: a write that fails stops the fit with the path and
+the cause (sync and async alike) and leaves no temporary file; pruning deletes only this
+fit's own checkpoints, never the one just written, never another run's or a corrupt one."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from conftest import make_df
+from gradspark import SGDLogisticRegression
+from gradspark.checkpoints import CheckpointWriteError
+
+ASYNC = dict(optimizer="sgd", stepSize=0.3, maxIter=30, tol=0.0, mode="async",
+             maxStaleness=1, checkpointInterval=10, seed=3)
+SYNC = dict(optimizer="sgd", stepSize=0.3, maxIter=30, tol=0.0, checkpointInterval=10, seed=3)
+
+
+@pytest.fixture(scope="module")
+def data(spark):
+    g = np.random.default_rng(8)
+    X = g.normal(size=(200, 3))
+    y = (X @ [1.0, -1.0, 0.5] + g.logistic(size=200) > 0).astype(float)
+    return make_df(spark, X, {"label": y})
+
+
+def _files(directory) -> list:
+    return sorted(os.listdir(directory))
+
+
+@pytest.mark.parametrize("params", [SYNC, ASYNC], ids=["sync", "async"])
+def test_a_checkpoint_that_cannot_be_written_stops_the_fit_by_name(data, tmp_path, params):
+    """Something in the way of step 20's file (a non-empty directory): the fit raises
+    CheckpointWriteError naming the directory and step, instead of returning a model
+    with fewer checkpoints than asked for; no temporary file stays behind."""
+    directory = tmp_path / "ckpt"
+    (directory / "step-0000000020.ckpt").mkdir(parents=True)
+    (directory / "step-0000000020.ckpt" / "in-the-way").write_text("x")
+    with pytest.raises(CheckpointWriteError, match=r"checkpoint step 20 to .*ckpt"):
+        SGDLogisticRegression(checkpointDir=str(directory), **params).fit(data)
+    assert not [f for f in _files(directory) if f.startswith(".tmp-") or ".tmp-" in f]
+    assert "step-0000000010.ckpt" in _files(directory)  # written before, and kept
+
+
+def test_pruning_keeps_this_fits_checkpoints_whatever_else_is_there(data, tmp_path):
+    """Three corrupt 'newest' files and an older run's steps 130-150 (other Params,
+    resume=False): this fit's checkpoints 10, 20, 30 all stay (keep=3), and the foreign
+    and corrupt files are not touched (before, each new checkpoint was deleted right
+    after it was written: it was never among the three highest steps)."""
+    directory = tmp_path / "ckpt"
+    SGDLogisticRegression(checkpointDir=str(directory), **dict(SYNC, maxIter=150,
+                                                                stepSize=0.1)).fit(data)
+    foreign = [f for f in _files(directory) if f.startswith("step-")]
+    assert foreign == [f"step-{s:010d}.ckpt" for s in (130, 140, 150)]
+    for step in (900, 901, 902):
+        (directory / f"step-{step:010d}.ckpt").write_bytes(b"not a checkpoint")
+    model = SGDLogisticRegression(checkpointDir=str(directory), resume=False,
+                                  keepCheckpoints=3, **SYNC).fit(data)
+    present = set(_files(directory))
+    assert {f"step-{s:010d}.ckpt" for s in (10, 20, 30)} <= present
+    assert set(foreign) <= present
+    assert {f"step-{s:010d}.ckpt" for s in (900, 901, 902)} <= present
+    assert model.summary.totalIterations == 30
+
+
+def test_pruning_drops_only_the_fits_own_older_checkpoints(data, tmp_path):
+    directory = tmp_path / "ckpt"
+    SGDLogisticRegression(checkpointDir=str(directory), keepCheckpoints=2,
+                          **dict(SYNC, maxIter=50)).fit(data)
+    assert [f for f in _files(directory) if f.startswith("step-")] == [
+        "step-0000000040.ckpt", "step-0000000050.ckpt"]
