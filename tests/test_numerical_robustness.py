@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 from pyspark.ml.classification import LogisticRegression
+from pyspark.ml.linalg import Vectors
 from pyspark.ml.regression import LinearRegression
 
 from conftest import make_df
@@ -39,13 +40,21 @@ def test_features_from_1e_minus_8_to_1e8_match_mllib(spark, standardization):
     ref = LogisticRegression(**params).fit(df)
     b, c = ours.coefficients.toArray(), ours.intercept
     assert np.all(np.isfinite(b)) and np.isfinite(c)
-    # Coefficients span 16 orders of magnitude: compare each in its feature's units.
-    np.testing.assert_allclose(b * SCALES, ref.coefficients.toArray() * SCALES,
-                               rtol=1e-3, atol=1e-4)
     ours_objective = logistic_objective(X, y, b, c, 0.01, standardization)
     ref_objective = logistic_objective(X, y, ref.coefficients.toArray(), ref.intercept, 0.01,
                                        standardization)
     assert ours_objective <= ref_objective + 1e-7
+    if ref_objective > ours_objective + 1e-6:
+        # Unstandardized, MLlib's Breeze line search fails on these scales ("Line search
+        # zoom failed") and returns all-zero coefficients; ours must then be better than
+        # that, which the objective just showed, and better than no model at all.
+        assert not standardization and not ref.coefficients.toArray().any()
+        p = y.mean()
+        assert ours_objective < np.mean(-y * np.log(p) - (1 - y) * np.log(1 - p)) - 0.05
+        return
+    # Coefficients span 16 orders of magnitude: compare each in its feature's units.
+    np.testing.assert_allclose(b * SCALES, ref.coefficients.toArray() * SCALES,
+                               rtol=1e-3, atol=1e-4)
 
 
 def test_separable_classes_do_not_diverge(spark):
@@ -121,3 +130,39 @@ def test_divergence_check_covers_async_mode(spark):
         model = SGDLinearRegression(optimizer="sgd", stepSize=5.0, maxIter=4, mode="async",
                                     maxStaleness=0, parameterServerHost="127.0.0.1").fit(df)
     assert model.summary.extra["diverged"]
+
+
+@pytest.mark.parametrize("solver", ["auto", "l-bfgs"])
+@pytest.mark.parametrize("column, scale, named", [
+    ("label", 1e160, "label column 'label'"),
+    ("features", 1e160, "features column 'features'"),
+    ("weight", 1e160, "column 'w'"),
+])
+def test_values_whose_statistics_overflow_are_refused_by_column(spark, solver, column, scale,
+                                                                named):
+    """1e160 squared does not fit a double: before, a label that large gave NaN
+    coefficients and such features or weights an intercept-only model, silently."""
+    from gradspark import InvalidDataError, SGDLinearRegression
+
+    g = np.random.default_rng(2)
+    X = g.normal(size=(40, 2))
+    y = X @ [1.0, 2.0] + 0.1 * g.normal(size=40)
+    w = np.ones(40)
+    if column == "label":
+        y = y * scale
+    elif column == "features":
+        X[:, 1] *= scale
+    else:
+        w = w * scale
+    df = spark.createDataFrame([(Vectors.dense(x), float(t), float(v))
+                                for x, t, v in zip(X, y, w)], ["features", "label", "w"])
+    if column == "weight" and solver == "auto":
+        # The normal equations divide every sum by the weight sum: equal weights of 1e160
+        # fit as equal weights of 1 do (sum w^2, which overflows, is never formed).
+        heavy = SGDLinearRegression(weightCol="w").fit(df)
+        plain = SGDLinearRegression().fit(df)
+        np.testing.assert_allclose(heavy.coefficients.toArray(), plain.coefficients.toArray(),
+                                   rtol=1e-9)
+        return
+    with pytest.raises(InvalidDataError, match=named + ".*too large"):
+        SGDLinearRegression(solver=solver, weightCol="w").fit(df)

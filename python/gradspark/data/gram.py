@@ -116,6 +116,13 @@ def gram_sums(dataset: DataFrame, features_col: str, label_col: str,
                          total.ab + np.asarray(p["ab"]), total.b + p["b"], total.bb + p["bb"])
     if total.rows == 0:
         raise InvalidDataError("the training DataFrame is empty")
+    for what, values in ((f"weight column {weight_col!r}", [total.weight_sum]),
+                         (f"label column {label_col!r}", [total.b, total.bb]),
+                         (f"features column {features_col!r}", [total.a, total.aa])):
+        if not all(np.isfinite(v).all() for v in values):
+            raise InvalidDataError(f"{what} has values too large for double-precision "
+                                   "sums (they overflow); rescale it (e.g. divide by a "
+                                   "power of 10) and train again")
     if total.weight_sum <= 0:
         raise InvalidDataError(f"the weights in column {weight_col!r} sum to zero; nothing "
                                "to train on")

@@ -85,6 +85,27 @@ class DataStatistics:
         return float(np.sqrt(self._unbiased(self.label.m2))[0])
 
 
+def require_finite_statistics(stats: DataStatistics, features_col: str, label_col: str,
+                              weight_col: Optional[str]) -> None:
+    """Refuse, by column, data whose statistics overflow double precision (values near
+    1e154 and beyond: their squares do not fit). Trained on, such a column gives NaN
+    coefficients, or a standard deviation of inf that silently drops the feature."""
+    from gradspark.data.validation import InvalidDataError
+
+    def refuse(what: str) -> None:
+        raise InvalidDataError(f"{what} has values too large for double-precision "
+                               "statistics (its weighted sums or variance overflow); "
+                               "rescale it (e.g. divide by a power of 10) and train again")
+
+    if not np.isfinite(stats.weight_sum) or not np.isfinite(stats.weight_sq_sum):
+        refuse(f"weight column {weight_col!r}")
+    if not (np.isfinite(stats.label.mean).all() and np.isfinite(stats.label.m2).all()):
+        refuse(f"label column {label_col!r}")
+    bad = ~(np.isfinite(stats.features.mean) & np.isfinite(stats.features.m2))
+    if bad.any():
+        refuse(f"features column {features_col!r} (feature {int(np.argmax(bad))})")
+
+
 def block_statistics(block: Block, track_classes: bool) -> Optional[DataStatistics]:
     x, y, w = block.features, block.labels, block.weights
     total = float(w.sum())

@@ -48,7 +48,7 @@ from gradspark.data.compaction import active_features, expand_rows
 from gradspark.connect import context_of, is_connect
 from gradspark.data.dataset import TrainingData
 from gradspark.data.frames import FrameTrainingData
-from gradspark.data.statistics import DataStatistics
+from gradspark.data.statistics import DataStatistics, require_finite_statistics
 from gradspark.data.validation import InvalidDataError
 from gradspark.engine import PythonGradientEngine
 from gradspark.engine.choice import EngineChoice, choose, data_path
@@ -253,6 +253,8 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                 logger.info("%s: training on the %d of %d features that vary",
                             type(self).__name__, len(active), input_features)
             stats = data.statistics
+            require_finite_statistics(stats, self.getFeaturesCol(), self.getLabelCol(),
+                                      weight_col)
             problem = self._problem(stats)
             if validation is not None:
                 self._check_validation_labels(validation, problem)
