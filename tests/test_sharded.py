@@ -106,6 +106,9 @@ def test_sharded_fit_equals_the_single_server(hashed_rare, extra):
     assert all(b > 0 for b in extra_["shardBytesReceived"])
     # the driver moves clock messages only: far less than the shards' weights and gradients
     assert extra_["driverStepBytesReceivedPerStep"] < 0.5 * extra_["shardBytesReceivedPerStep"]
+    # reported as the driver's server reports them: the coordinator's and every shard's
+    assert [extra_[k] for k in ("framesRejected", "gradientsRejected",
+                                "connectionsRefused")] == [0, 0, 0]
 
 
 def test_a_sharded_checkpoint_resumes_on_any_number_of_servers(hashed_rare, tmp_path):

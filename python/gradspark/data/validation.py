@@ -33,7 +33,12 @@ class InvalidDataError(ValueError):
         self.message = message
 
     def __str__(self) -> str:
-        # The markers let the driver find the message in a remote traceback.
+        # On an executor the markers let the driver find the message in the remote
+        # traceback Spark hands back; on the driver a user reads the message itself.
+        from pyspark import TaskContext
+
+        if TaskContext.get() is None:
+            return self.message
         return f"{_MARK}[{self.message}]{_MARK}"
 
 

@@ -71,6 +71,9 @@ STEP = 1  # a shard closed a step: [penalty part, |step|^2 part, |theta|^2 part]
 STATE = 2  # STEP, then the shard's packed state (a checkpoint step)
 FINAL = 3  # a shard is done: [bytes sent, bytes received, messages sent, received], state
 _TRAFFIC = ("bytesSent", "bytesReceived", "messagesSent", "messagesReceived")
+# What each shard's server turned away, reported as the driver's server reports it.
+_GUARD = ("framesRejected", "gradientsRejected", "connectionsRefused")
+_FINAL = _TRAFFIC + _GUARD  # the counts leading a shard's FINAL report
 _EMPTY = np.zeros(0)
 
 
@@ -450,7 +453,7 @@ class Coordinator:
 
     def result(self, server: Optional[ParameterServer]) -> TrainingResult:
         if len(self.finals) == self.num_shards:
-            theta, state = self._join([self.finals[s][len(_TRAFFIC):]
+            theta, state = self._join([self.finals[s][len(_FINAL):]
                                        for s in range(self.num_shards)])
             if self.checkpoints:
                 self._save(self.next_step, theta, state)
@@ -458,9 +461,13 @@ class Coordinator:
                     raise self.failure
         else:  # the fit had nothing left to do (a converged checkpoint)
             theta = self.restore[1]
-        shard_traffic = {name: [int(self.finals[s][i]) if s in self.finals else 0
-                                for s in range(self.num_shards)]
-                         for i, name in enumerate(_TRAFFIC)}
+        shard_counts = {name: [int(self.finals[s][i]) if s in self.finals else 0
+                               for s in range(self.num_shards)]
+                        for i, name in enumerate(_FINAL)}
+        shard_traffic = {name: shard_counts[name] for name in _TRAFFIC}
+        guard = {"framesRejected": server.rejected_frames if server else 0,
+                 "gradientsRejected": server.rejected_gradients if server else 0,
+                 "connectionsRefused": server.refused_connections if server else 0}
         metrics = {
             "workers": self.num_workers, "parameterServers": self.num_shards,
             "shardFeatureBounds": list(self.layout.bounds),
@@ -471,6 +478,8 @@ class Coordinator:
             "stateBytesReceived": self.state_bytes["received"],
             **{f"shard{name[0].upper()}{name[1:]}": values
                for name, values in shard_traffic.items()},
+            # the driver's coordinator and every shard's server together
+            **{name: count + sum(shard_counts[name]) for name, count in guard.items()},
         }
         if server is not None:
             metrics.update(server.traffic.totals())
@@ -572,10 +581,12 @@ def sharded_task(address, secret: bytes, objective: LinearObjective, layout: Sha
                                        config.sparse_pull)
             for shard, (training, server, reporter, attempt) in hosted.items():
                 training.wait_finished(num_workers, timeout)
-                traffic = server.traffic.totals()
+                counts = {**server.traffic.totals(), "framesRejected": server.rejected_frames,
+                          "gradientsRejected": server.rejected_gradients,
+                          "connectionsRefused": server.refused_connections}
                 with training.lock:
                     reporter.report(training.next_step, attempt, FINAL, np.concatenate(
-                        [[traffic[name] for name in _TRAFFIC], training.packed()]))
+                        [[counts[name] for name in _FINAL], training.packed()]))
         finally:
             for _, server, _, _ in hosted.values():
                 server.close()
