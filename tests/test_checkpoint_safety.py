@@ -30,18 +30,26 @@ def _files(directory) -> list:
     return sorted(os.listdir(directory))
 
 
+def _run_dir(directory):
+    """The fit's own subdirectory of checkpointDir (one fit's identity here)."""
+    (run,) = [directory / name for name in os.listdir(directory)]
+    return run
+
+
 @pytest.mark.parametrize("params", [SYNC, ASYNC], ids=["sync", "async"])
 def test_a_checkpoint_that_cannot_be_written_stops_the_fit_by_name(data, tmp_path, params):
     """Something in the way of step 20's file (a non-empty directory): the fit raises
     CheckpointWriteError naming the directory and step, instead of returning a model
     with fewer checkpoints than asked for; no temporary file stays behind."""
     directory = tmp_path / "ckpt"
-    (directory / "step-0000000020.ckpt").mkdir(parents=True)
-    (directory / "step-0000000020.ckpt" / "in-the-way").write_text("x")
+    SGDLogisticRegression(checkpointDir=str(directory), **dict(params, maxIter=10)).fit(data)
+    run = _run_dir(directory)
+    (run / "step-0000000020.ckpt").mkdir()
+    (run / "step-0000000020.ckpt" / "in-the-way").write_text("x")
     with pytest.raises(CheckpointWriteError, match=r"checkpoint step 20 to .*ckpt"):
-        SGDLogisticRegression(checkpointDir=str(directory), **params).fit(data)
-    assert not [f for f in _files(directory) if f.startswith(".tmp-") or ".tmp-" in f]
-    assert "step-0000000010.ckpt" in _files(directory)  # written before, and kept
+        SGDLogisticRegression(checkpointDir=str(directory), resume=False, **params).fit(data)
+    assert not [f for f in _files(run) if ".tmp-" in f]
+    assert "step-0000000010.ckpt" in _files(run)  # written before, and kept
 
 
 def test_pruning_keeps_this_fits_checkpoints_whatever_else_is_there(data, tmp_path):
@@ -50,15 +58,15 @@ def test_pruning_keeps_this_fits_checkpoints_whatever_else_is_there(data, tmp_pa
     and corrupt files are not touched (before, each new checkpoint was deleted right
     after it was written: it was never among the three highest steps)."""
     directory = tmp_path / "ckpt"
-    SGDLogisticRegression(checkpointDir=str(directory), **dict(SYNC, maxIter=150,
-                                                                stepSize=0.1)).fit(data)
-    foreign = [f for f in _files(directory) if f.startswith("step-")]
+    SGDLogisticRegression(checkpointDir=str(directory), **dict(SYNC, maxIter=150)).fit(data)
+    run = _run_dir(directory)
+    foreign = [f for f in _files(run) if f.startswith("step-")]
     assert foreign == [f"step-{s:010d}.ckpt" for s in (130, 140, 150)]
     for step in (900, 901, 902):
-        (directory / f"step-{step:010d}.ckpt").write_bytes(b"not a checkpoint")
+        (run / f"step-{step:010d}.ckpt").write_bytes(b"not a checkpoint")
     model = SGDLogisticRegression(checkpointDir=str(directory), resume=False,
                                   keepCheckpoints=3, **SYNC).fit(data)
-    present = set(_files(directory))
+    present = set(_files(run))
     assert {f"step-{s:010d}.ckpt" for s in (10, 20, 30)} <= present
     assert set(foreign) <= present
     assert {f"step-{s:010d}.ckpt" for s in (900, 901, 902)} <= present
@@ -69,5 +77,28 @@ def test_pruning_drops_only_the_fits_own_older_checkpoints(data, tmp_path):
     directory = tmp_path / "ckpt"
     SGDLogisticRegression(checkpointDir=str(directory), keepCheckpoints=2,
                           **dict(SYNC, maxIter=50)).fit(data)
-    assert [f for f in _files(directory) if f.startswith("step-")] == [
+    assert [f for f in _files(_run_dir(directory)) if f.startswith("step-")] == [
         "step-0000000040.ckpt", "step-0000000050.ckpt"]
+
+
+def test_checkpointed_estimator_works_in_cross_validation(spark, data, tmp_path):
+    """Each fold and grid point checkpoints into its own subdirectory: before, the second
+    fold refused to start ('checkpoint made with other Params/data'). A second identical
+    CrossValidator resumes every fit from its own checkpoints, to the same models."""
+    from pyspark.ml.evaluation import BinaryClassificationEvaluator
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    estimator = SGDLogisticRegression(checkpointDir=str(tmp_path / "ckpt"), **SYNC)
+    grid = ParamGridBuilder().addGrid(estimator.regParam, [0.0, 0.1]).build()
+
+    def tuned():
+        return CrossValidator(estimator=estimator, estimatorParamMaps=grid, numFolds=2,
+                              seed=5, evaluator=BinaryClassificationEvaluator()).fit(data)
+
+    first = tuned()
+    assert len(os.listdir(tmp_path / "ckpt")) == 2 * 2 + 1  # folds x grid, and the refit
+    again = tuned()
+    assert again.avgMetrics == first.avgMetrics
+    np.testing.assert_array_equal(again.bestModel.coefficients.toArray(),
+                                  first.bestModel.coefficients.toArray())
+    assert again.bestModel.summary.extra["resumedFromStep"] == 30

@@ -77,17 +77,27 @@ def test_resumed_first_order_fit_is_bit_identical(classification_data, tmp_path)
     assert resumed.summary.objectiveHistory == straight.summary.objectiveHistory
 
 
-def test_resume_is_refused_for_other_data_or_params(spark, classification_data, tmp_path):
+def test_other_data_params_or_estimator_never_resume_anothers_checkpoint(
+        spark, classification_data, tmp_path):
+    """Each fit identity (estimator, data fingerprint, path-changing Params) checkpoints
+    into its own subdirectory of checkpointDir: a fit with other data, Params or
+    estimator starts fresh beside the first one's checkpoints, never from them."""
     df = classification_data[0]
     d = str(tmp_path / "ck")
     _logistic(maxIter=4, checkpointDir=d).fit(df)
-    with pytest.raises(ValueError, match="different training data"):
-        _logistic(maxIter=8, checkpointDir=d).fit(df.limit(300))
-    with pytest.raises(ValueError, match=r"other Params \(changed: \['regParam'\]\)"):
+    other_data = _logistic(maxIter=8, checkpointDir=d).fit(df.limit(300))
+    assert other_data.summary.extra["resumedFromStep"] is None
+    other_params = SGDLogisticRegression(optimizer="adam", stepSize=0.05, miniBatchFraction=0.5,
+                                         tol=0.0, regParam=0.5, seed=3, maxIter=8,
+                                         checkpointDir=d).fit(df)
+    assert other_params.summary.extra["resumedFromStep"] is None
+    np.testing.assert_array_equal(
+        other_params.coefficients.toArray(),
         SGDLogisticRegression(optimizer="adam", stepSize=0.05, miniBatchFraction=0.5, tol=0.0,
-                              regParam=0.5, seed=3, maxIter=8, checkpointDir=d).fit(df)
-    with pytest.raises(ValueError, match="checkpoint of SGDLogisticRegression"):
-        SGDLinearRegression(checkpointDir=d).fit(df)
+                              regParam=0.5, seed=3, maxIter=8).fit(df).coefficients.toArray())
+    assert len(os.listdir(d)) == 3
+    resumed = _logistic(maxIter=8, checkpointDir=d).fit(df)  # the first fit's own
+    assert resumed.summary.extra["resumedFromStep"] == 4
     fresh = _logistic(maxIter=8, checkpointDir=d, resume=False).fit(df)
     assert fresh.summary.extra["resumedFromStep"] is None
     np.testing.assert_array_equal(fresh.coefficients.toArray(),
@@ -96,7 +106,8 @@ def test_resume_is_refused_for_other_data_or_params(spark, classification_data, 
 
 def test_resumed_lbfgs_is_bit_identical(regression_data, tmp_path):
     df = regression_data[0]
-    params = dict(regParam=0.1, elasticNetParam=0.5, tol=1e-12)  # L1: the u-v split path
+    params = dict(regParam=0.1, elasticNetParam=0.5, tol=1e-12,  # L1: the u-v split path
+                  solver="l-bfgs")
     straight = SGDLinearRegression(maxIter=200, **params).fit(df)
     d = str(tmp_path / "ck")
     SGDLinearRegression(maxIter=3, checkpointDir=d, checkpointInterval=1, **params).fit(df)
@@ -127,7 +138,7 @@ def test_driver_killed_mid_fit_resumes_to_the_same_model(tmp_path):
     victim = _run_job(str(crashed_dir), str(tmp_path / "victim.json"), start_new_session=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        steps = sorted(p.name for p in crashed_dir.glob("step-*.ckpt")) if crashed_dir.exists() else []
+        steps = sorted(p.name for p in crashed_dir.glob("*/step-*.ckpt")) if crashed_dir.exists() else []
         if steps and steps[-1] >= "step-0000000009.ckpt":
             break
         assert victim.poll() is None, "the fit finished before it could be killed"
@@ -135,7 +146,7 @@ def test_driver_killed_mid_fit_resumes_to_the_same_model(tmp_path):
     os.killpg(victim.pid, signal.SIGKILL)  # the driver and its JVM, no clean-up
     victim.wait(timeout=60)
     assert not (tmp_path / "victim.json").exists()
-    assert "step-0000000080.ckpt" not in os.listdir(crashed_dir)
+    assert not list(crashed_dir.glob("*/step-0000000080.ckpt"))
 
     again = _run_job(str(crashed_dir), str(tmp_path / "resumed.json"))
     assert again.wait(timeout=600) == 0, again.stderr.read().decode()[-3000:]

@@ -6,9 +6,15 @@ from gradspark.checkpoints.format import (
     TrainingState,
 )
 from gradspark.checkpoints.store import ArrowCheckpointStore, CheckpointStore, checkpoint_store
-from gradspark.checkpoints.session import TrainingCheckpoints, data_fingerprint, training_meta
+from gradspark.checkpoints.session import (
+    TrainingCheckpoints,
+    data_fingerprint,
+    run_directory,
+    training_meta,
+)
 
 __all__ = [
-    "ArrowCheckpointStore", "CheckpointStore", "CheckpointWriteError", "CorruptCheckpointError", "TrainingCheckpoints", "TrainingState",
-    "checkpoint_store", "data_fingerprint", "training_meta",
+    "ArrowCheckpointStore", "CheckpointStore", "CheckpointWriteError", "CorruptCheckpointError",
+    "TrainingCheckpoints", "TrainingState",
+    "checkpoint_store", "data_fingerprint", "run_directory", "training_meta",
 ]

@@ -54,6 +54,15 @@ def params_signature(params: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in sorted(params.items()) if k not in free}
 
 
+def run_directory(checkpoint_dir: str, meta: Dict[str, Any]) -> str:
+    """This fit's own subdirectory of ``checkpointDir``, named by what a checkpoint must
+    match (estimator, data fingerprint, Params that change the path): the fits of a
+    CrossValidator (other folds, other grid points) each get their own, so none refuses
+    or overwrites another's, while a rerun of the same fit finds its checkpoints."""
+    key = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{checkpoint_dir.rstrip('/')}/{meta['estimator']}-{key[:16]}"
+
+
 def training_meta(estimator: str, fingerprint: str, params: Dict[str, Any]) -> Dict[str, Any]:
     """What a saved state must match to be continued: estimator, data and Params."""
     return {"estimator": estimator, "fingerprint": fingerprint,

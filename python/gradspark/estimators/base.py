@@ -39,6 +39,7 @@ from gradspark.checkpoints import (
     TrainingState,
     checkpoint_store,
     data_fingerprint,
+    run_directory,
     training_meta,
 )
 from gradspark.comm.compression import Compression
@@ -159,7 +160,8 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                      identity: Dict[str, Any]) -> Optional[TrainingCheckpoints]:
         if not self.getCheckpointDir():
             return None
-        store = checkpoint_store(dataset.sparkSession, self.getCheckpointDir(),
+        store = checkpoint_store(dataset.sparkSession,
+                                 run_directory(self.getCheckpointDir(), identity),
                                  self.getKeepCheckpoints())
         return TrainingCheckpoints(store, self.getCheckpointInterval(), identity,
                                    self.getResume())

@@ -173,7 +173,11 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
             objectiveHistory=list(solution.objective_history),
             totalIterations=len(solution.objective_history) - 1, converged=True,
             optimizer="normal", numInstances=sums.rows, weightSum=sums.weight_sum,
-            extra={"solver": solution.solver, "engine": "normal"},
+            # the keys an iterative fit's summary.extra has, so code reading them works
+            extra={"solver": solution.solver, "mode": "sync", "engine": "normal",
+                   "executionStrategy": "normalEquations", "jvmData": False,
+                   "gradientEvaluations": 0, "trainedFeatures": sums.num_features,
+                   "parameterSpace": "standardized", "resumedFromStep": None},
             diagInvAtWA=None if solution.diag_inv_atwa is None
             else solution.diag_inv_atwa.tolist())
         model = SGDLinearRegressionModel(solution.coefficients[:, None],
