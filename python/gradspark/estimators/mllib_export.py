@@ -54,7 +54,7 @@ def save_as_mllib(model: Any, path: str, overwrite: bool = False) -> None:
     if not overwrite and entries(spark, path) is not None:
         raise FileExistsError(f"{path} already exists: saveAsMLlib never replaces what is "
                               "there; pass overwrite=True or another path")
-    mode = "overwrite" if overwrite else "errorifexists"
+    mode = "overwrite" if overwrite else "error"
     spark.createDataFrame([(mllib_metadata(model, spark),)], "value string").coalesce(1) \
         .write.mode(mode).text(f"{path}/metadata")
     row, schema = model._mllib_data()
