@@ -584,7 +584,7 @@ class ResidentGradientEngine:
         compression = self.compression
         if tree:
             task = tree_task(self.server.address, self.server.secret, self.tree,
-                             host.startswith("127."), respond, compression, self.timeout)
+                             advertise.startswith("127."), respond, compression, self.timeout)
         else:
             def loop(client, groups, attempt):
                 return serve_rounds(client, groups, respond, compression)
