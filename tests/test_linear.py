@@ -18,17 +18,20 @@ def test_ols_matches_numpy_lstsq(regression_data):
     assert model.intercept == pytest.approx(solution[-1], rel=1e-6)
 
 
-def test_weighted_ridge_matches_closed_form(regression_data):
+@pytest.mark.parametrize("solver", ["l-bfgs", "normal"])
+def test_weighted_ridge_matches_closed_form(regression_data, solver):
     """MLlib's ridge with standardization=False: mean weighted squared error / 2 +
-    regParam / (2 std(y)) * ||beta||^2 (the label-standardized objective), closed form."""
+    regParam / (2 std(y)) * ||beta||^2 (the label-standardized objective), closed form.
+    std(y) is the weighted unbiased std on MLlib's L-BFGS path and the population std
+    on its normal-equation path (WeightedLeastSquares); each solver here follows its own."""
     df, X, y, w = regression_data
     lam = 0.3
     model = SGDLinearRegression(regParam=lam, standardization=False, weightCol="weight",
-                                **TIGHT).fit(df)
+                                solver=solver, **TIGHT).fit(df)
     W = w.sum()
     mu_x, mu_y = w @ X / W, w @ y / W
     Xc, yc = X - mu_x, y - mu_y
-    y_std = np.sqrt(w @ yc**2 / (W - (w @ w) / W))
+    y_std = np.sqrt(w @ yc**2 / ((W - (w @ w) / W) if solver == "l-bfgs" else W))
     # (Xc^T diag(w) Xc / W + lam / y_std * I) beta = Xc^T diag(w) yc / W
     beta = np.linalg.solve(Xc.T @ (w[:, None] * Xc) / W + lam / y_std * np.eye(4),
                            Xc.T @ (w * yc) / W)
@@ -46,10 +49,10 @@ def test_weighted_ridge_matches_closed_form(regression_data):
 def test_squared_error_matches_mllib(regression_data, params):
     # MLlib's "normal" solver (WeightedLeastSquares) standardizes with the biased
     # (population) std, its L-BFGS path with the unbiased one; with regularization
-    # the two MLlib solvers differ by ~1e-4 relative. We follow the L-BFGS path,
-    # like LogisticRegression does; unregularized, both agree (test below).
+    # the two MLlib solvers differ by ~1e-4 relative. Each of ours follows MLlib's
+    # namesake: here the L-BFGS paths (the normal one: tests/test_normal_equations.py).
     df = regression_data[0]
-    ours = SGDLinearRegression(**TIGHT, **params).fit(df)
+    ours = SGDLinearRegression(solver="l-bfgs", **TIGHT, **params).fit(df)
     ref = LinearRegression(solver="l-bfgs", **TIGHT, **params).fit(df)
     np.testing.assert_allclose(ours.coefficients.toArray(), ref.coefficients.toArray(),
                                rtol=1e-4, atol=1e-5)
@@ -98,7 +101,8 @@ def test_constant_label_gives_mean_intercept(spark):
 
 def test_prediction_column_matches_mllib(regression_data):
     df = regression_data[0]
-    ours = SGDLinearRegression(regParam=0.1, predictionCol="yhat", **TIGHT).fit(df)
+    ours = SGDLinearRegression(regParam=0.1, predictionCol="yhat", solver="l-bfgs",
+                               **TIGHT).fit(df)
     ref = LinearRegression(regParam=0.1, predictionCol="yhat", solver="l-bfgs", **TIGHT).fit(df)
     a = [r.yhat for r in ours.transform(df).select("yhat").collect()]
     b = [r.yhat for r in ref.transform(df).select("yhat").collect()]
