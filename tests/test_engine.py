@@ -193,3 +193,21 @@ def test_concurrent_fits_never_wait_on_each_others_slots(spark, classification_d
     assert {models[f"resident{i}"].summary.extra["executionStrategy"] for i in range(2)} == \
         {"resident"}
     no_resident_leftovers(spark)
+
+
+def test_a_resident_stage_that_fails_to_start_releases_its_lock(spark, classification_data):
+    """A bad parameterServerHost fails the first fit inside the engine's start, after it
+    took the context's resident-stage lock; the next resident fit must not wait for ever
+    (before, it did: __exit__ never ran, so nothing released the lock)."""
+    import threading
+
+    df = classification_data[0]
+    with pytest.raises(OSError):
+        SGDLogisticRegression(executionStrategy="resident", maxIter=3,
+                              parameterServerHost="256.256.256.256").fit(df)
+    done: dict = {}
+    fit = threading.Thread(target=lambda: done.setdefault("model", SGDLogisticRegression(
+        executionStrategy="resident", maxIter=3).fit(df)), daemon=True)
+    fit.start()
+    fit.join(120)
+    assert "model" in done, "the second resident fit waited on a lock nobody held"

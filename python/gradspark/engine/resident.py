@@ -527,7 +527,14 @@ class ResidentGradientEngine:
         self.job_group = f"gradspark-resident-{id(self):x}"
 
     def __enter__(self) -> "ResidentGradientEngine":
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            # __exit__ does not run when __enter__ raises: release the stage lock and
+            # the server here, or every later resident fit of this context would wait
+            # for ever on a lock nobody holds any more.
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
