@@ -34,7 +34,7 @@ def _numpy_loss(model, X, y, scale):
 def test_early_stopping_keeps_the_best_step_by_mllibs_rule(overfitting, optimizer):
     df, X, y, held = overfitting
     params = dict(optimizer=optimizer, maxIter=200, tol=0.0, regParam=0.0,
-                  standardization=False)
+                  standardization=False, solver="l-bfgs")  # the plain fit below: iterative too
     if optimizer == "sgd":
         params["stepSize"] = 0.05
     model = SGDLinearRegression(validationIndicatorCol="held", validationTol=0.001,

@@ -39,7 +39,7 @@ def test_a_loaded_model_warm_starts_from_its_coefficients(regression_data, tmp_p
     """No optimizer state after save/load: the fit starts at the saved coefficients (its
     first loss is the loss there) and L-BFGS is back at the optimum within a few steps."""
     df = regression_data[0]
-    tight = dict(regParam=0.1, tol=1e-10, weightCol="weight")
+    tight = dict(regParam=0.1, tol=1e-10, weightCol="weight", solver="l-bfgs")
     fitted = SGDLinearRegression(**tight).fit(df)
     fitted.write().save(str(tmp_path / "model"))
     loaded = type(fitted).load(str(tmp_path / "model"))
