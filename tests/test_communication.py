@@ -148,7 +148,7 @@ def log_loss(model, X, y):
 
 # A step size at which the uncompressed fit has converged within the budget. At 0.5 top-k
 # (1%) is still 6% above it after 300 steps: error feedback delays the coordinates it
-# holds back, which acts like a larger step (see the README's communication section).
+# holds back, which acts like a larger step (see docs/guide.md, Communication).
 SGD = dict(optimizer="sgd", stepSize=0.1, tol=0.0, regParam=0.01, **LOOPBACK)
 
 

@@ -40,7 +40,7 @@ PAIRS = [
 ESTIMATORS = [pytest.param(m, o, id=m.__name__) for m, o, _, _ in PAIRS]
 MODELS = [pytest.param(m, o, id=m.__name__) for _, _, m, o in PAIRS]
 
-# Deliberate differences, each with its reason (README, "MLlib compatibility").
+# Deliberate differences, each with its reason (docs/mllib_parity.md, "Deliberate differences").
 # The bound matrices' converter also reads a list of rows: our writers save a Matrix
 # that way (JSON has no Matrix), so a saved estimator with bounds loads back.
 SUPERSET_CONVERTERS = {"lowerBoundsOnCoefficients": (TypeConverters.toMatrix, to_matrix),
