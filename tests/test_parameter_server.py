@@ -17,9 +17,10 @@ from gradspark.comm.compression import Encoded
 from gradspark.data.blocks import Block
 from conftest import wait_until
 from ps_fuzz import fuzz, send_raw
+from wiretap import Wiretap, plaintext_frames, values_seen
 from gradspark.losses import SquaredLoss
 from gradspark.ps import ParameterClient, ParameterServer, ProtocolError, StalenessClock
-from gradspark.ps.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind
+from gradspark.ps.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind, tag
 from gradspark.trainer.asynchronous import AsyncConfig, AsyncTraining, run_worker
 from gradspark.trainer.objective import LinearObjective
 
@@ -333,3 +334,120 @@ def test_driver_servers_bind_loopback_in_local_mode_and_spark_settings_elsewhere
     with ParameterServer(training, "127.0.0.1", 1, advertise="localhost") as server:
         assert server.address[0] == "localhost"
         assert server._listener.getsockname()[0] == "127.0.0.1"
+
+
+class _RecordedPulls(AsyncTraining):
+    """The async training, remembering every weight vector it handed out."""
+
+    sent: list
+
+    def on_pull(self, worker):
+        answer = super().on_pull(worker)
+        self.sent.append(np.array(answer[3]))
+        return answer
+
+
+def _tapped_fit(encrypt: bool):
+    X, y, blocks, _ = least_squares(workers=1)
+    objective, training = make_training(X, 1, max_iter=60)
+    training.__class__, training.sent = _RecordedPulls, []
+    with ParameterServer(training, HOST, 1, encrypt=encrypt) as server, \
+            Wiretap(server.address) as tap:
+        with ParameterClient(tap.address, server.secret, 0) as client:
+            assert client.encrypted == encrypt
+            run_worker(client, {0: blocks[0]}, objective.loss, 3, 1, 60)
+    return training, bytes(tap.captured)
+
+
+def test_encrypted_channels_show_a_sniffer_no_weights_and_train_identically():
+    plain, plain_bytes = _tapped_fit(encrypt=False)
+    sealed, sealed_bytes = _tapped_fit(encrypt=True)
+    # The sniffer's reader is able to see weights: in clear it finds every pull.
+    seen = [v for kind, v in plaintext_frames(plain_bytes) if kind == Kind.WEIGHTS]
+    assert len(seen) == len(plain.sent) == 61
+    np.testing.assert_array_equal(seen[-1], plain.sent[-1])
+    assert values_seen(plain_bytes, plain.sent) > 100
+    # Sealed: frames still flow (headers are clear), no number a worker pulled or
+    # pushed can be read, and not one of the values sent occurs in the bytes.
+    assert sealed_bytes.count(MAGIC) >= 2 * 61
+    assert plaintext_frames(sealed_bytes) == []
+    assert values_seen(sealed_bytes, sealed.sent) == 0
+    # Encryption changes nothing but the bytes: the same fit, bit for bit.
+    np.testing.assert_array_equal(sealed.theta, plain.theta)
+    assert len(sealed.sent) == len(plain.sent)
+
+
+def test_a_tampered_sealed_frame_is_rejected_and_the_plaintext_downgrade_refused():
+    X, y, blocks, _ = least_squares()
+    objective, training = make_training(X, 2)
+    with ParameterServer(training, HOST, 2, encrypt=True) as server:
+        client = ParameterClient(server.address, server.secret, 0)
+        channel = client.channel
+        header = HEADER.pack(MAGIC, VERSION, int(Kind.PULL), 0, 0)
+        sealed = bytearray(channel._seal.encrypt(bytes(4) + channel.sent.to_bytes(8, "big"),
+                                                 b"", channel.context + header))
+        sealed[3] ^= 0x10
+        client.sock.sendall(header + bytes(sealed))
+        assert _closed_without_answer(client.sock)  # no WEIGHTS
+        client.close()
+        # A frame tagged the plaintext way (HMAC) on an encrypted session is refused too.
+        client = ParameterClient(server.address, server.secret, 1)
+        channel = client.channel
+        client.sock.sendall(header + tag(channel.key, channel.context, channel.sent, header,
+                                         b""))
+        assert _closed_without_answer(client.sock)
+        client.close()
+        assert wait_until(lambda: server.rejected_frames == 2), server.rejected_frames
+    assert training.version == 0 and np.all(training.theta == objective.initial())
+
+
+def _closed_without_answer(sock) -> bool:
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:  # closed with our unread bytes still queued
+        return True
+
+
+def test_channels_follow_sparks_encryption_settings(spark, caplog):
+    from pyspark import SparkConf
+    from types import SimpleNamespace
+
+    from gradspark.ps import security
+
+    def context(**settings):
+        conf = SparkConf(loadDefaults=False)
+        for key, value in settings.items():
+            conf.set(key.replace("_", "."), value)
+        return SimpleNamespace(getConf=lambda: conf)
+
+    assert not security.spark_encrypts(spark.sparkContext)
+    assert security.spark_encrypts(context(spark_authenticate="true",
+                                           spark_network_crypto_enabled="true"))
+    assert security.spark_encrypts(context(spark_ssl_enabled="true"))
+    assert security.spark_encrypts(context(spark_ssl_rpc_enabled="true"))
+    assert security.spark_encrypts(context(spark_authenticate_enableSaslEncryption="true"))
+    assert not security.spark_encrypts(context(spark_network_crypto_enabled="false"))
+    assert security.spark_encrypts(context(**{"spark_gradspark_network_crypto_enabled":
+                                              "true"}))
+    assert not security.spark_encrypts(context(spark_ssl_enabled="true", **{
+        "spark_gradspark_network_crypto_enabled": "false"}))
+    with pytest.raises(ValueError, match="spark.gradspark.network.crypto.enabled"):
+        security.spark_encrypts(context(**{"spark_gradspark_network_crypto_enabled": "yes"}))
+    # A plaintext server on a network address says so once; loopback stays quiet.
+    security._warned.clear()
+    X, _, _, _ = least_squares()
+    network = [a for a in _local_addresses() if not a.startswith("127.")]
+    with caplog.at_level("WARNING", logger="gradspark.ps.security"):
+        for host in ["127.0.0.1"] + network[:1] * 2:
+            _, training = make_training(X, 1)
+            ParameterServer(training, host, 1).close()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "gradspark.ps.security"]
+    assert len(warnings) == (1 if network else 0), warnings
+    assert all("not encrypted" in w and "spark.network.crypto.enabled" in w for w in warnings)
+
+
+def _local_addresses():
+    import subprocess
+
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout
+    return out.split()

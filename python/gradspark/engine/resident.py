@@ -59,6 +59,7 @@ from gradspark.faults import fault_plan
 from gradspark.losses import Loss
 from gradspark.params import TOPOLOGIES
 from gradspark.ps.endpoint import driver_endpoint
+from gradspark.ps.security import spark_encrypts
 from gradspark.ps import ParameterClient, ParameterServer
 from gradspark.ps.tasks import RddBlocks, by_partition, resident_stage_lock, resident_task
 from gradspark.trainer.barrier import require_task_slots
@@ -425,7 +426,7 @@ def serve_rounds(client: ParameterClient, groups, respond, compression: Compress
 
 
 def tree_task(driver_address, secret: bytes, tree: Tree, loopback: bool, respond,
-              compression: Compression, timeout: float):
+              compression: Compression, timeout: float, encrypt: bool = False):
     """The barrier task of one tree node: relay server, address exchange, then the loop."""
 
     def run(worker: int, tagged):
@@ -440,7 +441,8 @@ def tree_task(driver_address, secret: bytes, tree: Tree, loopback: bool, respond
                 relay = GradientRounds(children, respond.answer_size, relay=True)
                 host = "127.0.0.1" if loopback else \
                     ctx.getTaskInfos()[worker].address.rsplit(":", 1)[0]
-                server = ParameterServer(relay, host, tree.num_workers, secret)
+                server = ParameterServer(relay, host, tree.num_workers, secret,
+                                         encrypt=encrypt)
             addresses = ctx.allGather(json.dumps(server.address if server else None))
             parent = tree.parent(worker)
             upstream = tuple(driver_address) if parent is None else \
@@ -558,7 +560,7 @@ class ResidentGradientEngine:
         if self.sizing is not None:
             metrics.update(self.sizing.metrics())
         if self.server is not None:
-            metrics.update(self.server.traffic.totals())
+            metrics.update(self.server.traffic.totals(), channelsEncrypted=self.server.encrypted)
         return metrics
 
     def start(self) -> None:
@@ -587,11 +589,13 @@ class ResidentGradientEngine:
             self.sizing = BatchSizing(self.mini_batch_fraction, range(num_workers),
                                       adaptive=self.batch_sizing == "throughput")
         bind, advertise = driver_endpoint(sc, self.host)
-        self.server = ParameterServer(rounds, bind, num_workers, advertise=advertise)
+        self.server = ParameterServer(rounds, bind, num_workers, advertise=advertise,
+                                      encrypt=spark_encrypts(sc))
         compression = self.compression
         if tree:
             task = tree_task(self.server.address, self.server.secret, self.tree,
-                             advertise.startswith("127."), respond, compression, self.timeout)
+                             advertise.startswith("127."), respond, compression, self.timeout,
+                             self.server.encrypted)
         else:
             def loop(client, groups, attempt):
                 return serve_rounds(client, groups, respond, compression)

@@ -50,6 +50,7 @@ from gradspark.faults import fault_plan
 from gradspark.params import HasCheckpoints, HasValidation, _one_of
 from gradspark.persistence import DataFrameWriter
 from gradspark.ps.endpoint import driver_endpoint
+from gradspark.ps.security import spark_encrypts
 from gradspark.ps import ParameterServer
 from gradspark.report import LossCurve
 from gradspark.trainer.barrier import require_task_slots
@@ -352,7 +353,8 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             return None, None, spec
         reports = ProgressReports()
         bind, advertise = driver_endpoint(context)
-        server = ParameterServer(reports, bind, 1, advertise=advertise)
+        server = ParameterServer(reports, bind, 1, advertise=advertise,
+                                 encrypt=spark_encrypts(context))
         return reports, server, dataclasses.replace(
             spec, progress_address=server.address, progress_secret=server.secret,
             progress_interval=self.getProgressInterval())

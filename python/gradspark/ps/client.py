@@ -11,7 +11,7 @@ import numpy as np
 
 from gradspark.comm.compression import Encoded
 from gradspark.ps.wire import (
-    FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, session_key,
+    ENCRYPTED, FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, session_key,
 )
 
 
@@ -56,16 +56,23 @@ class ParameterClient:
     def _handshake(self, secret: bytes, attempt: int) -> Tuple[int, int]:
         channel = Channel(self.sock, secret, HANDSHAKE_LIMIT)
         challenge = channel.expect(Kind.CHALLENGE)
-        (server_nonce,) = challenge.fields
+        server_nonce, flags = challenge.fields
         channel.context = server_nonce
         client_nonce = secrets.token_bytes(NONCE_SIZE)
         channel.send(Kind.HELLO, (self.worker, attempt, client_nonce))
         channel.key = session_key(secret, server_nonce, client_nonce)
+        if flags & ENCRYPTED:  # the challenge is tagged with the secret: no one else says so
+            channel.encrypt(server=False)
         welcome = channel.expect(Kind.WELCOME)
         start, size = welcome.fields
         channel.limit = FIELDS[Kind.WEIGHTS].size + 8 * size
         self.channel = channel
         return start, size
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether this connection's frames are sealed (the server follows Spark's settings)."""
+        return self.channel.encrypted
 
     def pull(self, keys: Optional[np.ndarray] = None) -> Weights:
         """Blocks while this worker is too far ahead of the slowest one.

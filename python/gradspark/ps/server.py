@@ -21,8 +21,10 @@ from typing import Dict, Optional, Protocol, Tuple
 import numpy as np
 
 from gradspark.comm.traffic import Traffic
+from gradspark.ps.security import warn_if_plaintext
 from gradspark.ps.wire import (
-    FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, ProtocolError, session_key,
+    ENCRYPTED, FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, ProtocolError,
+    session_key,
 )
 
 logger = logging.getLogger(__name__)
@@ -92,13 +94,17 @@ class ParameterServer:
 
     ``secret`` (random per fit unless given) must be handed to the workers
     through the task closure; see :class:`gradspark.ps.client.ParameterClient`.
+    ``encrypt``: seal every frame after the handshake (AES-GCM); the callers pass
+    :func:`gradspark.ps.security.spark_encrypts`, so our channels are encrypted
+    whenever Spark's own RPC is.
     """
 
     def __init__(self, handler: Handler, host: str, num_workers: int,
                  secret: Optional[bytes] = None, handshake_timeout: float = 10.0,
                  max_connections: Optional[int] = None, advertise: Optional[str] = None,
-                 max_pending: Optional[int] = None) -> None:
+                 max_pending: Optional[int] = None, encrypt: bool = False) -> None:
         self.handler = handler
+        self.encrypted = encrypt
         self.num_workers = num_workers
         self.secret = secret or secrets.token_bytes(32)
         # A whole-handshake deadline, not a per-read one: a client sending one byte every
@@ -131,8 +137,11 @@ class ParameterServer:
                                         daemon=True)
         self._reaper.start()
         _RUNNING.add(self)
-        logger.info("parameter server listening on %s:%d (advertised as %s) for %d workers",
-                    host, self.address[1], self.address[0], num_workers)
+        logger.info("parameter server listening on %s:%d (advertised as %s) for %d workers, "
+                    "%s", host, self.address[1], self.address[0], num_workers,
+                    "encrypted" if encrypt else "authenticated, not encrypted")
+        if not encrypt:
+            warn_if_plaintext(host)
 
     # -- lifecycle --------------------------------------------------------
     def close(self) -> None:
@@ -293,12 +302,14 @@ class ParameterServer:
 
     def _handshake(self, channel: Channel):
         server_nonce = secrets.token_bytes(NONCE_SIZE)
-        channel.send(Kind.CHALLENGE, (server_nonce,))
+        channel.send(Kind.CHALLENGE, (server_nonce, ENCRYPTED if self.encrypted else 0))
         channel.context = server_nonce
         hello = channel.expect(Kind.HELLO)
         worker, attempt, client_nonce = hello.fields
         if worker >= self.num_workers:
             raise ProtocolError(f"unknown worker {worker} (expected < {self.num_workers})")
         channel.key = session_key(self.secret, server_nonce, client_nonce)
+        if self.encrypted:
+            channel.encrypt(server=True)
         channel.limit = self.limit
         return worker, attempt

@@ -18,9 +18,18 @@ allocated. The handshake proves both ends hold the per-fit
 secret without sending it; each direction numbers its frames, so a frame cannot
 be replayed, reordered or moved to another connection::
 
-    server -> CHALLENGE(server nonce)          tagged with the secret
+    server -> CHALLENGE(server nonce, flags)   tagged with the secret
     client -> HELLO(worker, attempt, nonce)    tagged with the secret, context = server nonce
     both:  key = HMAC(secret, server nonce | client nonce); later frames use it
+
+When the CHALLENGE's flags say ``ENCRYPTED`` (the server follows Spark's own
+settings, :mod:`gradspark.ps.security`), every frame after HELLO is sealed
+instead of tagged: the payload is AES-256-GCM ciphertext under a key for its
+direction (HKDF of the session key), the nonce is the frame's sequence number
+and the header and context are the associated data; the 16-byte GCM tag
+replaces the HMAC. A stranger on the network then sees frame kinds and
+lengths, never values. The CHALLENGE is tagged with the secret, so no one
+without it can turn encryption off.
 """
 
 from __future__ import annotations
@@ -35,13 +44,16 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
+from cryptography.exceptions import InvalidTag
 
 from gradspark.comm.compression import F16, F32, F64, INDEX, Encoded
 
 MAGIC = b"GSPS"
-VERSION = 1
+VERSION = 2  # 2: the CHALLENGE's flags, sealed frames
 HEADER = struct.Struct("!4sBBBxI")
 TAG_SIZE = 32
+SEAL_SIZE = 16  # AES-GCM's tag
+ENCRYPTED = 1  # CHALLENGE flag: later frames are sealed
 NONCE_SIZE = 32
 HANDSHAKE_LIMIT = 256  # payload bytes allowed before a connection has authenticated
 
@@ -61,7 +73,7 @@ class Kind(enum.IntEnum):
 
 # The fixed fields of each kind; whatever follows them is the array (or ERROR's text).
 FIELDS = {
-    Kind.CHALLENGE: struct.Struct(f"!{NONCE_SIZE}s"),
+    Kind.CHALLENGE: struct.Struct(f"!{NONCE_SIZE}sB"),  # server nonce, flags
     Kind.HELLO: struct.Struct(f"!II{NONCE_SIZE}s"),  # worker, task attempt, client nonce
     Kind.WELCOME: struct.Struct("!QQ"),  # clock to start at, vector length
     Kind.PULL: struct.Struct("!"),
@@ -179,6 +191,21 @@ def session_key(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> byte
     return hmac.new(secret, server_nonce + client_nonce, hashlib.sha256).digest()
 
 
+def direction_keys(key: bytes) -> Tuple[bytes, bytes]:
+    """(client-to-server, server-to-client) AES-256 keys of a session key: one key per
+    direction, so the two directions' sequence numbers never share a nonce."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    both = HKDF(algorithm=hashes.SHA256(), length=64, salt=None,
+                info=b"gradspark-ps aes-256-gcm v2").derive(key)
+    return both[:32], both[32:]
+
+
+def _nonce(sequence: int) -> bytes:
+    return bytes(4) + sequence.to_bytes(8, "big")
+
+
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
     buffer = bytearray(size)
     view = memoryview(buffer)
@@ -207,6 +234,19 @@ class Channel:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.last_received_bytes = 0
+        self._seal = self._open = None  # AES-GCM, once the session is encrypted
+
+    @property
+    def encrypted(self) -> bool:
+        return self._seal is not None
+
+    def encrypt(self, server: bool) -> None:
+        """Seal every later frame under this session's key (after the handshake's HELLO)."""
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        to_server, to_client = direction_keys(self.key)
+        self._seal = AESGCM(to_client if server else to_server)
+        self._open = AESGCM(to_server if server else to_client)
 
     def send(self, kind: Kind, fields: Tuple = (), array=None, text: str = "") -> None:
         """``array``: an ndarray (sent dense) or an :class:`Encoded` message."""
@@ -218,10 +258,14 @@ class Channel:
             body = text.encode("utf-8", "replace")
         payload = FIELDS[kind].pack(*fields) + body
         header = HEADER.pack(MAGIC, VERSION, int(kind), dtype, len(payload))
-        mac = tag(self.key, self.context, self.sent, header, payload)
-        self.sock.sendall(header + payload + mac)
+        if self._seal is not None:  # ciphertext, then its tag
+            frame = header + self._seal.encrypt(_nonce(self.sent), payload,
+                                                self.context + header)
+        else:
+            frame = header + payload + tag(self.key, self.context, self.sent, header, payload)
+        self.sock.sendall(frame)
         self.sent += 1
-        self.bytes_sent += len(header) + len(payload) + len(mac)
+        self.bytes_sent += len(frame)
 
     def recv(self) -> Message:
         header = _recv_exactly(self.sock, HEADER.size)
@@ -233,13 +277,23 @@ class Channel:
             raise ProtocolError(f"unknown frame kind {kind} or dtype {dtype}")
         if length > self.limit:
             raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self.limit}")
-        payload = _recv_exactly(self.sock, length)
-        mac = _recv_exactly(self.sock, TAG_SIZE)
-        if not hmac.compare_digest(mac, tag(self.key, self.context, self.received, header,
-                                            payload)):
-            raise ProtocolError("authentication failed (bad tag)")
+        if self._open is not None:
+            sealed = _recv_exactly(self.sock, length + SEAL_SIZE)
+            try:
+                payload = self._open.decrypt(_nonce(self.received), sealed,
+                                             self.context + header)
+            except InvalidTag:
+                raise ProtocolError("authentication failed (bad tag)") from None
+            size = length + SEAL_SIZE
+        else:
+            payload = _recv_exactly(self.sock, length)
+            mac = _recv_exactly(self.sock, TAG_SIZE)
+            if not hmac.compare_digest(mac, tag(self.key, self.context, self.received, header,
+                                                payload)):
+                raise ProtocolError("authentication failed (bad tag)")
+            size = length + TAG_SIZE
         self.received += 1
-        self.last_received_bytes = HEADER.size + length + TAG_SIZE
+        self.last_received_bytes = HEADER.size + size
         self.bytes_received += self.last_received_bytes
         kind = Kind(kind)
         layout = FIELDS[kind]

@@ -44,6 +44,7 @@ from gradspark.engine.touched import TouchedFeatures
 from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
 from gradspark.ps.endpoint import driver_endpoint
+from gradspark.ps.security import spark_encrypts
 from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
 from gradspark.ps.tasks import RddBlocks, resident_stage_lock, resident_task
 from gradspark.trainer.objective import LinearObjective
@@ -272,6 +273,7 @@ class AsyncTraining:
             "gradientsRejected": server.rejected_gradients if server else 0,
             "framesRejected": server.rejected_frames if server else 0,
             "connectionsRefused": server.refused_connections if server else 0,
+            "channelsEncrypted": bool(server and server.encrypted),
             "staleGradientsDropped": self.stale_dropped,
             "maxStaleness": self.staleness.max,
             "meanStaleness": self.staleness.mean,
@@ -388,7 +390,8 @@ def train_async(
         if not training.stopped:
             bind, advertise = driver_endpoint(sc, config.host)
             with resident_stage_lock(sc):  # one stage of long-running workers at a time
-                server = ParameterServer(training, bind, num_workers, advertise=advertise)
+                server = ParameterServer(training, bind, num_workers, advertise=advertise,
+                                         encrypt=spark_encrypts(sc))
                 try:
                     run = worker_task(server.address, server.secret, objective,
                                       config.max_iter, config.compression, config.sparse_pull)

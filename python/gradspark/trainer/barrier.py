@@ -6,7 +6,8 @@ otherwise wait for slots that never come). Executor side,
 :func:`process_group` turns the barrier tasks into one process group:
 
 * rank = the task's partition id, world size = the number of barrier tasks;
-* rank 0 starts a ``TCPStore`` on a port the OS picks, and the port reaches
+* rank 0 starts a ``TCPStore`` on a port the OS picks, bound to its task's own
+  address (torch's default listens on every interface), and the port reaches
   the other ranks through ``BarrierTaskContext.allGather`` (no guessed port,
   so no race for it);
 * ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` are
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -186,9 +188,14 @@ def process_group(use_gpu: bool, timeout_seconds: float = 1800.0) -> Iterator[Pr
 
     timeout = datetime.timedelta(seconds=timeout_seconds)
     store = None
+    listener = None
     if rank == 0:
-        store = dist.TCPStore(hosts[0], 0, world_size, is_master=True, timeout=timeout,
-                              wait_for_workers=False)
+        # torch's store listens on every interface and takes unauthenticated keys: hand
+        # it a socket bound to this task's own address instead (loopback in local mode).
+        listener = socket.create_server((hosts[0], 0), backlog=max(64, world_size))
+        store = dist.TCPStore(hosts[0], listener.getsockname()[1], world_size,
+                              is_master=True, timeout=timeout, wait_for_workers=False,
+                              master_listen_fd=listener.fileno())
     port = int(ctx.allGather(str(store.port) if store is not None else "")[0])
     if store is None:
         store = dist.TCPStore(hosts[0], port, world_size, is_master=False, timeout=timeout)
@@ -196,6 +203,8 @@ def process_group(use_gpu: bool, timeout_seconds: float = 1800.0) -> Iterator[Pr
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank))
     backend = "nccl" if use_gpu else "gloo"
     _RETIRED_GROUPS.clear()
+    if listener is not None:  # the store serves on its fd: kept open as long as the group
+        _RETIRED_GROUPS.append(listener)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=timeout)
     _RETIRED_GROUPS.append(dist.group.WORLD)

@@ -54,6 +54,7 @@ from gradspark.engine.touched import TouchedFeatures
 from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
 from gradspark.ps.endpoint import driver_endpoint
+from gradspark.ps.security import spark_encrypts
 from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
 from gradspark.ps.shards import ShardLayout, join_states, pack_state, slice_state, unpack_state
 from gradspark.ps.tasks import RddBlocks, by_partition, resident_stage_lock
@@ -474,6 +475,8 @@ class Coordinator:
             "maxStalenessBound": self.config.max_staleness, "maxStaleness": self.staleness_max,
             "stageRestarts": self.restarts, "wallTime": time.monotonic() - self.started,
             "sparsePull": self.config.sparse_pull,
+            # the shards' servers follow the driver's (they are told by its challenge)
+            "channelsEncrypted": bool(server and server.encrypted),
             "stateBytesSent": self.state_bytes["sent"],
             "stateBytesReceived": self.state_bytes["received"],
             **{f"shard{name[0].upper()}{name[1:]}": values
@@ -566,7 +569,9 @@ def sharded_task(address, secret: bytes, objective: LinearObjective, layout: Sha
                 report = functools.partial(_report, reporter, start.version)
                 training = ShardTraining(rule, config, num_workers, start.clock, theta, state,
                                          report, checkpoint_interval)
-                server = ParameterServer(training, host, num_workers, secret)
+                # as encrypted as the driver's server, which this task just reached
+                server = ParameterServer(training, host, num_workers, secret,
+                                         encrypt=reporter.encrypted)
                 hosted[shard] = (training, server, reporter, start.version)
             gathered = ctx.allGather(json.dumps({s: v[1].address for s, v in hosted.items()}))
             addresses = {int(s): tuple(a) for text in gathered
@@ -631,7 +636,7 @@ def train_sharded(objective: LinearObjective, theta0: np.ndarray, config: AsyncC
             bind, advertise = driver_endpoint(sc, config.host)
             with resident_stage_lock(sc):
                 server = ParameterServer(coordinator, bind, num_workers + num_shards,
-                                         advertise=advertise)
+                                         advertise=advertise, encrypt=spark_encrypts(sc))
                 try:
                     task = sharded_task(server.address, server.secret, objective, layout,
                                         config, num_workers, advertise.startswith("127."),
