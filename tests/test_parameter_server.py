@@ -451,3 +451,31 @@ def _local_addresses():
 
     out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout
     return out.split()
+
+
+class _GivesUp:
+    """A handler whose pull waits out its deadline, as the sharded coordinator's does when
+    a worker it waits for never comes."""
+
+    vector_size = 3
+
+    def on_hello(self, worker, attempt):
+        return 0
+
+    def on_pull(self, worker):
+        raise TimeoutError("worker 0 waited 1 s (workerTimeout) for workers [1] behind it")
+
+    def on_disconnect(self, worker):
+        pass
+
+
+def test_a_handler_that_gives_up_tells_the_worker_why_and_sockets_keep_alive(caplog):
+    with ParameterServer(_GivesUp(), HOST, 2) as server:
+        with ParameterClient(server.address, server.secret, 0) as client:
+            # A vanished peer breaks the connection (keepalive) instead of a read for ever.
+            assert client.sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            with pytest.raises(ProtocolError, match=r"TimeoutError: worker 0 waited .* \[1\]"):
+                client.pull()
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("worker 0" in e and "workerTimeout" in e for e in errors), errors
+    assert server.rejected_frames == 0  # not mistaken for a stranger's handshake timeout

@@ -11,7 +11,7 @@ import numpy as np
 
 from gradspark.comm.compression import Encoded
 from gradspark.ps.wire import (
-    ENCRYPTED, FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, session_key,
+    ENCRYPTED, FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, keep_alive, session_key,
 )
 
 
@@ -141,6 +141,7 @@ def _connect(address: Tuple[str, int], timeout: float) -> socket.socket:
             sock = socket.create_connection(address, timeout=timeout)
             sock.settimeout(None)  # a pull may wait on the staleness bound for long
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            keep_alive(sock)
             return sock
         except OSError:
             if time.monotonic() + delay > deadline:

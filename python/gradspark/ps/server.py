@@ -24,7 +24,7 @@ from gradspark.comm.traffic import Traffic
 from gradspark.ps.security import warn_if_plaintext
 from gradspark.ps.wire import (
     ENCRYPTED, FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, ProtocolError,
-    session_key,
+    keep_alive, session_key,
 )
 
 logger = logging.getLogger(__name__)
@@ -198,6 +198,7 @@ class ParameterServer:
                 self._connections[id(conn)] = conn
                 self._pending[id(conn)] = (conn, time.monotonic() + self.handshake_timeout)
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                keep_alive(conn)
                 self._threads = [t for t in self._threads if t.is_alive()]
                 thread = threading.Thread(target=self._serve, args=(conn, peer),
                                           name=f"gradspark-ps-{peer[1]}", daemon=True)
@@ -236,6 +237,7 @@ class ParameterServer:
     def _serve(self, conn: socket.socket, peer) -> None:
         worker: Optional[int] = None
         channel: Optional[Channel] = None
+        serving = False
         try:
             conn.settimeout(self.handshake_timeout)
             channel = Channel(conn, self.secret, HANDSHAKE_LIMIT)
@@ -245,6 +247,7 @@ class ParameterServer:
                     raise ProtocolError(f"worker {worker}: handshake over "
                                         f"{self.handshake_timeout:.0f} s")
             self.traffic.watch(channel)
+            serving = True
             conn.settimeout(None)  # gradients may take long; silence is the clock's business
             channel.send(Kind.WELCOME, (self.handler.on_hello(worker, attempt),
                                         self.handler.vector_size))
@@ -278,9 +281,12 @@ class ParameterServer:
                     return
         except ProtocolError as exc:
             self._reject(peer, str(exc))
-        except socket.timeout:
-            self._reject(peer, "no authenticated hello within "
-                               f"{self.handshake_timeout:.0f} s")
+        except socket.timeout as timeout:
+            if not serving:
+                self._reject(peer, "no authenticated hello within "
+                                   f"{self.handshake_timeout:.0f} s")
+            else:  # after the handshake only the handler times out (sockets block)
+                self._handler_failed(channel, worker, timeout)
         except (EOFError, OSError):
             if id(conn) in self._expired:
                 self._reject(peer, "no authenticated hello within "
@@ -299,6 +305,15 @@ class ParameterServer:
                 self._pending.pop(id(conn), None)
                 self._expired.discard(id(conn))
             conn.close()
+
+    def _handler_failed(self, channel: Channel, worker: int, error: BaseException) -> None:
+        """A handler's wait gave up (``workerTimeout``): say why to the log and to the
+        worker, whose task then fails with the reason (and Spark retries it)."""
+        logger.error("parameter server: worker %d: %s", worker, error)
+        try:
+            channel.send(Kind.ERROR, text=f"{type(error).__name__}: {error}")
+        except OSError:
+            pass
 
     def _handshake(self, channel: Channel):
         server_nonce = secrets.token_bytes(NONCE_SIZE)

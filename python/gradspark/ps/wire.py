@@ -56,6 +56,7 @@ SEAL_SIZE = 16  # AES-GCM's tag
 ENCRYPTED = 1  # CHALLENGE flag: later frames are sealed
 NONCE_SIZE = 32
 HANDSHAKE_LIMIT = 256  # payload bytes allowed before a connection has authenticated
+ERROR_LIMIT = 4096  # an ERROR frame's text, whatever the connection's array limit
 
 
 class Kind(enum.IntEnum):
@@ -191,6 +192,17 @@ def session_key(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> byte
     return hmac.new(secret, server_nonce + client_nonce, hashlib.sha256).digest()
 
 
+def keep_alive(sock: socket.socket, idle: int = 30, interval: int = 10, count: int = 3) -> None:
+    """TCP keepalive: a peer that vanishes without closing (a host lost, a partition)
+    breaks the connection after ``idle + interval * count`` s of silence, where a
+    blocking read would otherwise wait for ever."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval),
+                          ("TCP_KEEPCNT", count)):
+        if hasattr(socket, option):  # Linux; elsewhere the system's defaults
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
 def direction_keys(key: bytes) -> Tuple[bytes, bytes]:
     """(client-to-server, server-to-client) AES-256 keys of a session key: one key per
     direction, so the two directions' sequence numbers never share a nonce."""
@@ -275,8 +287,9 @@ class Channel:
         if kind not in Kind._value2member_map_ or (dtype and dtype not in ENCODINGS
                                                    and dtype != KEYS):
             raise ProtocolError(f"unknown frame kind {kind} or dtype {dtype}")
-        if length > self.limit:
-            raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self.limit}")
+        limit = max(self.limit, ERROR_LIMIT) if kind == Kind.ERROR else self.limit
+        if length > limit:
+            raise ProtocolError(f"frame of {length} bytes exceeds the limit of {limit}")
         if self._open is not None:
             sealed = _recv_exactly(self.sock, length + SEAL_SIZE)
             try:

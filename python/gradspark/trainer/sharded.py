@@ -338,7 +338,15 @@ class Coordinator:
                 self.state_bytes["sent"] += vector.nbytes
                 return self.restore[0], self.attempt, self.stopped, vector
             attempt = self.attempt
+            deadline = time.monotonic() + self.config.worker_timeout
             while not self._may_step(worker) and attempt == self.attempt:
+                if time.monotonic() > deadline:  # no wait without a deadline (a CI hang)
+                    behind = [w for w in sorted(self.clock.members)
+                              if self.clock.clocks[w] < self.clock.clocks[worker]]
+                    raise TimeoutError(
+                        f"sharded: worker {worker} at step {self.clock.clocks[worker]} waited "
+                        f"{self.config.worker_timeout:.0f} s (workerTimeout) for workers "
+                        f"{behind} behind it; its task fails and Spark retries the stage")
                 self.lock.wait(timeout=1.0)
             self.staleness_max = max(self.staleness_max, self.clock.lead(worker))
             # A worker of a failed stage attempt that was waiting here must not go on.
