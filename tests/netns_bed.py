@@ -47,8 +47,9 @@ def unavailable() -> Optional[str]:
     """Why namespaces cannot be made here; None when they can."""
     if os.geteuid() != 0:
         return "network namespaces need root"
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        return "iproute2 (ip, tc) is not installed"
+    missing = [tool for tool in ("ip", "tc", "ss") if shutil.which(tool) is None]
+    if missing:
+        return f"iproute2's {', '.join(missing)} not installed"
     probe = f"gsprobe{os.getpid()}"
     made = _ip("netns", "add", probe, check=False)
     if made.returncode != 0:

@@ -1,6 +1,7 @@
 """TorchEstimator on the shared local[2] session: DDP (gloo) across two barrier tasks."""
 
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -340,3 +341,25 @@ def test_torch_model_transforms_a_streaming_dataframe(spark, tmp_path):
     with torch.no_grad():
         direct = model.module()(torch.tensor([r.x for r in rows], dtype=torch.float32))
     np.testing.assert_allclose([r.prediction for r in rows], direct[:, 0].numpy(), rtol=1e-6)
+
+
+def test_the_rendezvous_store_listens_on_the_rank_0_task_address_only(spark):
+    """torch's TCPStore listens on every interface by default and takes unauthenticated
+    keys; ours is bound to rank 0's task address (issue 30, item 3)."""
+
+    def rank(index, _):
+        import subprocess
+
+        from gradspark.trainer.barrier import process_group
+
+        with process_group(use_gpu=False, timeout_seconds=60) as group:
+            port = os.environ["MASTER_PORT"]
+            listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"],
+                                       capture_output=True, text=True).stdout.split()
+            yield group.rank, os.environ["MASTER_ADDR"], port, listening
+
+    answers = sorted(spark.sparkContext.parallelize(range(2), 2).barrier()
+                     .mapPartitionsWithIndex(rank).collect())
+    _, address, port, listening = answers[0]
+    local = [field for field in listening if field.endswith(":" + port)]
+    assert local == [f"{address}:{port}"], listening  # not 0.0.0.0 / * / [::]
