@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test cluster-test benchmark clean
+.PHONY: demo test cluster-test benchmark dist clean
 
 $(STAMP): pyproject.toml $(wildcard scala/src/main/scala/io/gradspark/kernels/*.scala)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,15 @@ test: $(STAMP)
 cluster-test: $(STAMP)
 	$(PY) -m pytest -q tests/test_standalone_cluster.py
 
+# An sdist and a wheel that carries the JVM kernels jar (setup.py builds it, with the
+# Scala compiler pyspark ships, in pip's isolated build environment).
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m zipfile -l dist/*.whl | grep -q 'gradspark/jars/gradspark-kernels.jar'
+
 benchmark: $(STAMP)
 	$(PY) benchmarks/engine.py --scaling
 
 clean:
-	rm -rf $(VENV) build *.egg-info python/*.egg-info
+	rm -rf $(VENV) build dist *.egg-info python/*.egg-info
