@@ -29,6 +29,7 @@ from the Python one.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ class EngineChoice:
     reason: str
 
 
+_unavailable_said = threading.Event()
+
+
 def jvm_kernels_available(spark) -> bool:
     """Whether the kernels jar is (or can be) loaded into this session."""
     try:
@@ -56,7 +60,16 @@ def jvm_kernels_available(spark) -> bool:
         load_kernels(spark)
         return True
     except Exception as exc:  # noqa: BLE001 - any failure means: fall back to numpy
-        logger.info("JVM kernels not available (%s); using the python engine", exc)
+        if _unavailable_said.is_set():
+            logger.info("JVM kernels not available (%s); using the python engine", exc)
+        else:  # once per process: what it costs, and the remedy
+            _unavailable_said.set()
+            logger.warning(
+                "gradspark's JVM kernels cannot load (%s): fits fall back to the numpy "
+                "kernels, whose data pass is about 15x and job-per-step steps about 7x "
+                "slower (docs/guide.md#benchmark). Install a gradspark wheel built with "
+                "`make dist` (it carries the jar), or build the jar with `python -m "
+                "gradspark.engine.kernels_build`", exc)
         return False
 
 
