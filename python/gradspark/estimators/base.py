@@ -55,6 +55,7 @@ from gradspark.engine import PythonGradientEngine
 from gradspark.engine.choice import EngineChoice, choose, data_path
 from gradspark.engine.frames import FrameGradientEngine
 from gradspark.engine.resident import ResidentGradientEngine
+from gradspark.integrations.mlflow_tracking import log_training
 from gradspark.estimators.scoring import OutputFns, append_outputs
 from gradspark.faults import fault_plan
 from gradspark.ps.tasks import resident_stage_running, task_slots
@@ -368,6 +369,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
         model._resetUid(self.uid)
         self._copyValues(model)
         model._summary = model._summary_on(training_rows, history)
+        log_training(model)  # to an active MLflow run, when MLflow's autolog is on
         return model
 
     def _coefficient_box(self, num_outputs: int, num_features: int):

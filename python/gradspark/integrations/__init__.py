@@ -1,0 +1,1 @@
+"""Optional integrations with the tools Spark ML pipelines are run with (MLflow)."""
