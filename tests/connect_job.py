@@ -9,7 +9,6 @@ side) or in numpy/torch; the classic-session comparison happens in the test.
 
 import json
 import logging
-import sys
 import tempfile
 
 import numpy as np

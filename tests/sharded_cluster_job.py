@@ -10,7 +10,6 @@ import os
 import sys
 import tempfile
 
-import numpy as np
 
 from job_support import quiet_session  # sets PYSPARK_PYTHON first
 from hashed_data import frames, hashed_rows

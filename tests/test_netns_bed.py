@@ -21,11 +21,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from netns_bed import ADDRESSES, NetnsBed, unavailable

@@ -7,7 +7,6 @@ the same bits, move fewer bytes, and leave the server's guards intact.
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
