@@ -397,6 +397,20 @@ class HasCheckpointData(Params):
         return self.getOrDefault(self.checkpointData)
 
 
+class HasTensorboard(Params):
+    tensorboardDir: Param[str] = Param(
+        Params._dummy(),
+        "tensorboardDir",
+        "directory (local, or any Hadoop file system: hdfs://, s3a://) for TensorBoard "
+        "event files: per-step loss and learning rate, async staleness and worker "
+        "throughput, one run per fit; empty disables them (needs gradspark[tensorboard])",
+        typeConverter=TypeConverters.toString,
+    )
+
+    def getTensorboardDir(self) -> str:
+        return self.getOrDefault(self.tensorboardDir)
+
+
 class HasInitialModel(Params):
     initialModel: Param = Param(
         Params._dummy(),
@@ -458,6 +472,7 @@ class SGDParams(
     HasBlockSize,
     HasCheckpoints,
     HasCheckpointData,
+    HasTensorboard,
     HasSeed,
 ):
     """gradspark's own Params, common to every linear estimator and its model. The
@@ -499,6 +514,7 @@ class SGDParams(
             keepCheckpoints=3,
             resume=True,
             checkpointData=False,
+            tensorboardDir="",
             # pyspark's default seed is hash(class name), which changes with
             # PYTHONHASHSEED from process to process; a CRC is stable.
             seed=zlib.crc32(type(self).__name__.encode()),

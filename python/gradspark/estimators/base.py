@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import inspect
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
@@ -56,6 +57,7 @@ from gradspark.engine.choice import EngineChoice, choose, data_path
 from gradspark.engine.frames import FrameGradientEngine
 from gradspark.engine.resident import ResidentGradientEngine
 from gradspark.integrations.mlflow_tracking import log_training
+from gradspark.integrations.tensorboard import tensorboard_run, write_fit_curves
 from gradspark.estimators.scoring import OutputFns, append_outputs
 from gradspark.faults import fault_plan
 from gradspark.ps.tasks import resident_stage_running, task_slots
@@ -224,6 +226,14 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                            self.getErrorFeedback())
 
     def _fit(self, dataset: DataFrame) -> "_LinearModel":
+        with tensorboard_run(self.getTensorboardDir(), f"{self.uid}-{int(time.time())}",
+                             dataset.sparkSession) as board:
+            model = self._train(dataset)
+            if board is not None:
+                write_fit_curves(board, self, model)
+        return model
+
+    def _train(self, dataset: DataFrame) -> "_LinearModel":
         self._validate_params()
         weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else None
         weight_col = weight_col or None

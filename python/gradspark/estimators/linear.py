@@ -102,6 +102,7 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         keepCheckpoints: int = 3,
         resume: bool = True,
         checkpointData: bool = False,
+        tensorboardDir: str = "",
         validationIndicatorCol: str = "",
         validationTol: float = 0.01,
         initialModel: Optional[_LinearModel] = None,
@@ -118,10 +119,10 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
     def _label_domain(self) -> str:
         return REAL
 
-    def _fit(self, dataset: DataFrame) -> "SGDLinearRegressionModel":
+    def _train(self, dataset: DataFrame) -> "SGDLinearRegressionModel":
         if self._solves_normal_equations(dataset):
             return self._fit_normal_equations(dataset)
-        return super()._fit(dataset)
+        return super()._train(dataset)
 
     def _iterative_only(self) -> List[str]:
         """The Params set here that only the iterative (L-BFGS/first-order) path has."""

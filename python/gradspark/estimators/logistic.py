@@ -161,6 +161,7 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
         keepCheckpoints: int = 3,
         resume: bool = True,
         checkpointData: bool = False,
+        tensorboardDir: str = "",
         validationIndicatorCol: str = "",
         validationTol: float = 0.01,
         initialModel: Optional[_LinearModel] = None,

@@ -87,6 +87,7 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
         keepCheckpoints: int = 3,
         resume: bool = True,
         checkpointData: bool = False,
+        tensorboardDir: str = "",
         validationIndicatorCol: str = "",
         validationTol: float = 0.01,
         initialModel: Optional[_LinearModel] = None,

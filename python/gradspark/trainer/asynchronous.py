@@ -74,11 +74,13 @@ class _Running:
 
     def __init__(self) -> None:
         self.count, self.total, self.max = 0, 0.0, 0
+        self.histogram: Dict[int, int] = {}
 
     def add(self, value: int) -> None:
         self.count += 1
         self.total += value
         self.max = max(self.max, value)
+        self.histogram[value] = self.histogram.get(value, 0) + 1
 
     @property
     def mean(self) -> float:
@@ -130,6 +132,7 @@ class AsyncTraining:
         self.staleness = _Running()  # steps ahead of the slowest worker, at each pull
         self.update_delay = _Running()  # updates applied between a pull and its push
         self.worker_updates = [0] * num_workers
+        self.worker_rows = [0] * num_workers  # rows of the accepted gradients
         self.stale_dropped = 0
         self.evictions = 0
         self.reconnects = 0
@@ -183,6 +186,7 @@ class AsyncTraining:
             self.update_delay.add(self.version - version)
             self.clock.advance(worker)
             self.worker_updates[worker] += 1
+            self.worker_rows[worker] += count
             self.pending.setdefault(clock, {})[worker] = sums
             if not self.bulk_synchronous and weight_sum > 0:
                 kept_version, kept = self.pulled.pop(worker, (None, None))
@@ -277,6 +281,10 @@ class AsyncTraining:
             "staleGradientsDropped": self.stale_dropped,
             "maxStaleness": self.staleness.max,
             "meanStaleness": self.staleness.mean,
+            "stalenessHistogram": {str(k): v for k, v
+                                   in sorted(self.staleness.histogram.items())},
+            "workerRowsPerSecond": [rows / max(time.monotonic() - self.started, 1e-9)
+                                    for rows in self.worker_rows],
             "maxUpdateDelay": self.update_delay.max,
             "meanUpdateDelay": self.update_delay.mean,
             "evictions": self.evictions,

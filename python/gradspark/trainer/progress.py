@@ -7,6 +7,8 @@ import sys
 import time
 from typing import IO, Optional
 
+from gradspark.integrations import tensorboard
+
 logger = logging.getLogger("gradspark.trainer")
 
 #: Steps in a row the loss may rise, above where it started, before the step size
@@ -33,6 +35,9 @@ class Progress:
         self.last: Optional[float] = None
         self.rising = 0
         self.warned = not watch  # (the rising-loss warning's advice is the linear models')
+        # The fit's TensorBoard run, if any: taken here, in the fit's thread, since
+        # async and sharded steps close in server threads.
+        self.board = tensorboard.current()
 
     def update(self, step: int, loss: float, detail: str = "") -> None:
         """``detail``: more of the same line (logged and drawn after the loss)."""
@@ -42,6 +47,9 @@ class Progress:
         else:
             logger.info("%s step %d/%d loss %.10g", self.label, step, self.total, loss)
         self._watch(step, loss)
+        if self.board is not None:
+            self.board.scalar("loss", loss, step)
+            self.board.steps_logged += 1
         if self.interactive:
             done = min(step, self.total)
             filled = int(30 * done / self.total)
