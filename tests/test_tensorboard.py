@@ -68,3 +68,29 @@ def test_no_directory_no_files_and_the_param_is_persisted(regression_data, tmp_p
     path = str(tmp_path / "estimator")
     SGDLinearRegression(tensorboardDir="/somewhere").save(path)
     assert SGDLinearRegression.load(path).getTensorboardDir() == "/somewhere"
+
+
+def test_a_torch_fit_writes_rank0_reports_epoch_losses_and_timings(spark, tmp_path):
+    torch = pytest.importorskip("torch")
+    from pyspark.ml.linalg import Vectors
+
+    from gradspark import TorchEstimator
+
+    g = np.random.default_rng(3)
+    X = g.normal(size=(256, 4))
+    y = X @ [1.0, -1.0, 0.5, 2.0]
+    df = spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(X, y)],
+                               ["features", "label"])
+    model = TorchEstimator(lambda: torch.nn.Linear(4, 1), torch.nn.MSELoss(), numWorkers=2,
+                           batchSize=32, epochs=3, learningRate=0.05, progressInterval=2,
+                           tensorboardDir=str(tmp_path)).fit(df)
+    events = _run(tmp_path)
+    summary = model.summary
+    np.testing.assert_allclose([e.value for e in events.Scalars("epoch_loss")],
+                               summary.lossHistory, rtol=1e-6)
+    assert [e.step for e in events.Scalars("epoch_seconds")] == [1, 2, 3]
+    np.testing.assert_allclose([e.value for e in events.Scalars("epoch_seconds")],
+                               summary.epochSeconds, rtol=1e-6)
+    reports = events.Scalars("loss/rank0")
+    assert len(reports) == summary.progressReports > 3
+    assert all(e.value > 0 for e in events.Scalars("rows_per_second"))

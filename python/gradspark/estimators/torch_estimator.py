@@ -47,7 +47,8 @@ from gradspark.connect import context_of, ship
 from gradspark.data.columnar import features_as_array, features_matrix, training_columns
 from gradspark.data.validation import InvalidDataError
 from gradspark.faults import fault_plan
-from gradspark.params import HasCheckpoints, HasValidation, _one_of
+from gradspark.integrations.tensorboard import tensorboard_run, write_torch_curves
+from gradspark.params import HasCheckpoints, HasTensorboard, HasValidation, _one_of
 from gradspark.persistence import DataFrameWriter
 from gradspark.ps.endpoint import driver_endpoint
 from gradspark.ps.security import spark_encrypts
@@ -71,7 +72,7 @@ CHECKPOINT_FORMATS = ("auto", "full", "sharded")
 
 
 class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol,
-                  HasSeed, HasCheckpoints, HasValidation):
+                  HasSeed, HasCheckpoints, HasValidation, HasTensorboard):
     numWorkers: Param[int] = Param(
         Params._dummy(), "numWorkers",
         "number of barrier tasks (DDP ranks); the data is repartitioned to this many",
@@ -131,7 +132,7 @@ class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
                          learningRate=1e-3, labelDtype="float32", inferenceBatchSize=1024,
                          seed=0, checkpointDir="", checkpointInterval=1, keepCheckpoints=2,
                          resume=True, checkpointUnit="epoch", progressInterval=50,
-                         strategy="ddp", checkpointFormat="auto")
+                         strategy="ddp", checkpointFormat="auto", tensorboardDir="")
 
     def getNumWorkers(self) -> int:
         return self.getOrDefault(self.numWorkers)
@@ -411,6 +412,11 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         logger.info("TorchEstimator: %d ranks, %d epochs (from %d), final loss %s, %.1f s",
                     len(rows), self.getEpochs(), info["start"],
                     first.history[-1] if first.history else None, wall)
+        if self.getTensorboardDir():
+            with tensorboard_run(self.getTensorboardDir(), f"{self.uid}-{int(time.time())}",
+                                 dataset.sparkSession) as board:
+                write_torch_curves(board, reports.reports if reports is not None else [],
+                                   model._summary)
         self._copyValues(model)
         return model
 

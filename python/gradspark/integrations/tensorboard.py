@@ -136,3 +136,17 @@ def write_fit_curves(run: TensorBoardRun, estimator, model) -> None:
                                              [int(v) for v in counts.values()]), len(history))
     for worker, rate in enumerate(extra.get("workerRowsPerSecond") or []):
         run.scalar(f"rows_per_second/worker_{worker}", rate, len(history))
+
+
+def write_torch_curves(run: TensorBoardRun, reports, summary) -> None:
+    """A finished TorchEstimator fit's run: rank 0's live reports (``loss/rank0`` and
+    ``rows_per_second`` at each report's global step), the exact mean loss of every
+    epoch over all ranks (``epoch_loss``) and each epoch's wall time (``epoch_seconds``)."""
+    for _, report in reports:
+        run.scalar("loss/rank0", report.loss, report.done)
+        run.scalar("rows_per_second", report.rows_per_second, report.done)
+    first = summary.resumedFromEpoch or 0
+    for epoch, loss in enumerate(summary.lossHistory, start=1):
+        run.scalar("epoch_loss", loss, epoch)
+    for epoch, seconds in enumerate(summary.epochSeconds, start=first + 1):
+        run.scalar("epoch_seconds", seconds, epoch)
