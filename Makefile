@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test cluster-test benchmark dist clean
+.PHONY: demo test cluster-test benchmark dist image clean
 
 $(STAMP): pyproject.toml $(wildcard scala/src/main/scala/io/gradspark/kernels/*.scala)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m build --outdir dist .
 	$(PY) -m zipfile -l dist/*.whl | grep -q 'gradspark/jars/gradspark-kernels.jar'
+
+# The docker/ image, from the wheel (docker or podman; BASE_IMAGE=... for another base).
+ENGINE ?= $(shell command -v docker >/dev/null && echo docker || echo podman)
+image: dist
+	cp dist/gradspark-*.whl docker/wheels/
+	$(ENGINE) build -f docker/Dockerfile -t gradspark $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) .
 
 benchmark: $(STAMP)
 	$(PY) benchmarks/engine.py --scaling
