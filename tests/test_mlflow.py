@@ -23,7 +23,9 @@ from gradspark.integrations import mlflow_tracking  # noqa: E402
 @pytest.fixture
 def tracking(tmp_path, spark):
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-    mlflow.set_experiment("gradspark-tests")
+    # Artifacts under tmp_path too (a sqlite store's default is ./mlruns, in the cwd).
+    mlflow.set_experiment(experiment_id=mlflow.create_experiment(
+        "gradspark-tests", artifact_location=(tmp_path / "artifacts").as_uri()))
     yield mlflow.MlflowClient()
     mlflow.pyspark.ml.autolog(disable=True)
     spark.sparkContext._conf._jconf.remove(mlflow_tracking.ALLOWLIST_CONF)
