@@ -50,11 +50,22 @@ def unavailable() -> Optional[str]:
     missing = [tool for tool in ("ip", "tc", "ss") if shutil.which(tool) is None]
     if missing:
         return f"iproute2's {', '.join(missing)} not installed"
-    probe = f"gsprobe{os.getpid()}"
-    made = _ip("netns", "add", probe, check=False)
-    if made.returncode != 0:
-        return f"cannot create a network namespace: {made.stderr.strip()}"
-    _ip("netns", "del", probe, check=False)
+    # Everything the bed does, in miniature: a namespace, a bridge, a veth pair into the
+    # namespace, a command run inside it. Any refusal is the reason to skip.
+    tag = os.getpid() % 100000
+    probe, bridge, veth = f"gsprobe{tag}", f"gspb{tag}", f"gspv{tag}"
+    steps = [("netns", "add", probe), ("link", "add", bridge, "type", "bridge"),
+             ("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", probe),
+             ("link", "set", veth, "master", bridge),
+             ("netns", "exec", probe, "ip", "link", "set", "lo", "up")]
+    try:
+        for step in steps:
+            done = _ip(*step, check=False)
+            if done.returncode != 0:
+                return f"`ip {' '.join(step)}` failed: {done.stderr.strip()}"
+    finally:
+        for step in (("link", "del", veth), ("link", "del", bridge), ("netns", "del", probe)):
+            _ip(*step, check=False)
     return None
 
 
