@@ -55,7 +55,7 @@ def installed(tmp_path_factory):
     work = tmp_path_factory.mktemp("install")
     source, wheels, venv = work / "source", work / "wheels", work / "venv"
     _tracked_copy(str(source))
-    assert not (source / "python" / "gradspark" / "jars").exists()
+    assert not (source / "python" / "gradspark" / "jars" / "gradspark-kernels.jar").exists()
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                     "--no-build-isolation", "-w", str(wheels), str(source)], check=True,
                    timeout=600)
