@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from standalone_cluster import SPARK_CLASS, SPARK_HOME
+from standalone_cluster import SPARK_CLASS, SPARK_HOME, stop_sessions
 
 SUBNET = "198.51.100"
 ADDRESSES = {"master": f"{SUBNET}.1", "w1": f"{SUBNET}.11", "w2": f"{SUBNET}.12",
@@ -187,21 +187,7 @@ class NetnsBed:
 
     # -- teardown ---------------------------------------------------------
     def close(self) -> None:
-        for process in reversed(self.processes):
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for process in self.processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                process.wait()
-        self.processes.clear()
+        stop_sessions(self.processes, grace=20)
         for ns in self.namespaces.values():  # anything still running inside (executors)
             pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
                                   text=True).stdout.split()

@@ -41,6 +41,26 @@ def wait_for_port(port: int, seconds: float) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {seconds} s")
 
 
+def stop_sessions(processes: List[subprocess.Popen], grace: float = 30) -> None:
+    """SIGTERM each process's session (newest first, so workers before their master),
+    SIGKILL what is left after ``grace`` seconds; empties ``processes``."""
+    for process in reversed(processes):
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for process in processes:
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+    processes.clear()
+
+
 class StandaloneCluster:
     def __init__(self, workers: int, work_dir: str, cores: int = 1, memory: str = "1g"):
         self.workers, self.work_dir, self.cores, self.memory = workers, work_dir, cores, memory
@@ -74,18 +94,7 @@ class StandaloneCluster:
         return self
 
     def stop(self) -> None:
-        for process in reversed(self.processes):
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-        for process in self.processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self.processes.clear()
+        stop_sessions(self.processes)
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -6,7 +6,7 @@ both ways (what a sniffer on the wire would read). :func:`plaintext_frames`
 finds frames the way an eavesdropper would, by their clear headers (magic,
 version, kind, length), and keeps those whose array decodes to plausible
 numbers: with encryption on there must be none. The netns test bed's sniffer
-(tests/netns_bed.py) reads its packet captures with the same function.
+(tests/test_netns_bed.py) reads its packet captures with the same function.
 """
 
 from __future__ import annotations
