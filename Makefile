@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml $(wildcard scala/src/main/scala/io/gradspark/kernels/*.
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q '$(TORCH)'
 	$(PY) -m pip install -q -e '.[dev,torch]'
-	$(PY) -m gradspark.engine.kernels_build
+	$(PY) -m gradspark.jvm.build
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,7 +1,7 @@
 """Build hook: every wheel carries the JVM kernels jar (pyproject.toml holds the metadata).
 
 ``build_py`` compiles ``scala/`` into ``gradspark/jars/gradspark-kernels.jar``
-with the Scala compiler pyspark ships (gradspark/engine/kernels_build.py, the
+with the Scala compiler pyspark ships (gradspark/jvm/build.py, the
 same code ``make`` runs; skipped when the jar already matches the sources'
 hash) before the package data is copied, and refuses to build a package
 without it: a wheel without the jar would silently run the numpy kernels,
@@ -16,7 +16,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-BUILDER = ROOT / "python" / "gradspark" / "engine" / "kernels_build.py"
+BUILDER = ROOT / "python" / "gradspark" / "jvm" / "build.py"
 
 
 class BuildWithKernels(build_py):

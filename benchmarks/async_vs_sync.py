@@ -38,7 +38,7 @@ from pyspark.sql import SparkSession, functions as F  # noqa: E402
 from pyspark.ml.feature import VectorAssembler  # noqa: E402
 
 from gradspark import SGDLogisticRegression  # noqa: E402
-from gradspark.faults import ENVIRONMENT_VARIABLE  # noqa: E402
+from gradspark.testing.faults import ENVIRONMENT_VARIABLE  # noqa: E402
 
 CONFIGS = [("sync", {}), ("async s=0", dict(mode="async", maxStaleness=0)),
            ("async s=2", dict(mode="async", maxStaleness=2)),

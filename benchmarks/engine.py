@@ -202,7 +202,8 @@ def engine_steps(df, cols: int, steps: int, strategies: Sequence[str]) -> Dict[s
     from gradspark.data.blocks import BINARY
     from gradspark.data.dataset import TrainingData
     from gradspark.engine import PythonGradientEngine
-    from gradspark.engine.jvm import JvmGradientEngine, JvmTrainingData
+    from gradspark.data.jvm import JvmTrainingData
+    from gradspark.engine.jvm import JvmGradientEngine
     from gradspark.engine.resident import ResidentGradientEngine
     from gradspark.losses import BinaryLogisticLoss
 
@@ -386,7 +387,8 @@ def fixed_cost(spark, steps: int = 30) -> dict:
     into the Spark job (its submission-to-completion, from Spark's job records) and
     the driver's time around it."""
     from gradspark.data.blocks import BINARY
-    from gradspark.engine.jvm import JvmGradientEngine, JvmTrainingData
+    from gradspark.data.jvm import JvmTrainingData
+    from gradspark.engine.jvm import JvmGradientEngine
     from gradspark.losses import BinaryLogisticLoss
 
     cols = 10_000

@@ -95,7 +95,7 @@ def stragglers(args, workers: int) -> List[tuple]:
 def run_workers(args, workers: int, log: StepLog) -> List[Dict[str, object]]:
     from pyspark.sql import SparkSession
 
-    from gradspark.faults import ENVIRONMENT_VARIABLE
+    from gradspark.testing.faults import ENVIRONMENT_VARIABLE
 
     spark = (SparkSession.builder.master(f"local-cluster[{workers},1,1024]")
              .config("spark.ui.enabled", "false")

@@ -68,7 +68,7 @@ def epochs_of(model, X, y, batch: int, epochs: int, seed: int):
 
 def rank_loop(rows: int, epochs: int, strategy: str):
     """One rank's run once torch.distributed's environment is set: its epoch times."""
-    from gradspark.trainer.parallelism import parallelism
+    from gradspark.neural.parallelism import parallelism
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

@@ -139,7 +139,8 @@ def engine_steps(spark, df, steps: int) -> Dict[str, float]:
     """Median full-batch JVM step on the compacted blocks, and what a step touches."""
     from gradspark.data.blocks import BINARY
     from gradspark.data.compaction import active_features
-    from gradspark.engine.jvm import JvmGradientEngine, JvmTrainingData
+    from gradspark.data.jvm import JvmTrainingData
+    from gradspark.engine.jvm import JvmGradientEngine
     from gradspark.losses import BinaryLogisticLoss
 
     with JvmTrainingData(df, "features", "label", None, BINARY, 4096, 2) as data:

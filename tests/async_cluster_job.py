@@ -14,7 +14,7 @@ import numpy as np
 
 from job_support import logistic_frame, quiet_session  # sets PYSPARK_PYTHON first
 from gradspark import SGDLogisticRegression
-from gradspark.faults import ENVIRONMENT_VARIABLE
+from gradspark.testing.faults import ENVIRONMENT_VARIABLE
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Stage-level GPU scheduling without a GPU: executors of a local-cluster own one fake
 "gpu" each (a discovery script that reports address 0), tasks ask for none by default.
-The training stage's profile (gradspark.trainer.barrier.gpu_stage_profile) must give each
+The training stage's profile (gradspark.stages.slots.gpu_stage_profile) must give each
 barrier task a GPU while the stage before it runs without one. Prints RESULT <json>."""
 
 import json
@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from job_support import quiet_session  # noqa: E402, F401 (sets PYSPARK_PYTHON)
 from pyspark.sql import SparkSession  # noqa: E402
 
-from gradspark.trainer.barrier import require_task_slots  # noqa: E402
+from gradspark.stages.slots import require_task_slots  # noqa: E402
 
 script = os.path.join(tempfile.mkdtemp(), "fake_gpu.sh")
 with open(script, "w") as out:

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 import gradspark  # noqa: E402
 from gradspark import SGDLogisticRegression  # noqa: E402
-from gradspark.engine.kernels_build import jar_path  # noqa: E402
+from gradspark.jvm.build import jar_path  # noqa: E402
 
 
 def main() -> None:

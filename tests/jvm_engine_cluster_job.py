@@ -8,7 +8,9 @@ import numpy as np
 
 from job_support import logistic_frame, quiet_session  # sets PYSPARK_PYTHON first
 from gradspark.data.blocks import BINARY
-from gradspark.engine.jvm import JvmGradientEngine, JvmTrainingData, load_kernels
+from gradspark.data.jvm import JvmTrainingData
+from gradspark.engine.jvm import JvmGradientEngine
+from gradspark.jvm.loader import load_kernels
 from gradspark.engine.python import partition_sums
 from gradspark.losses import BinaryLogisticLoss
 

@@ -36,7 +36,7 @@ from pyspark.ml.linalg import Vectors
 from pyspark.sql import SparkSession
 
 from gradspark import SGDLogisticRegression
-from gradspark.faults import ENVIRONMENT_VARIABLE
+from gradspark.testing.faults import ENVIRONMENT_VARIABLE
 
 OVERRIDE = "spark.gradspark.network.crypto.enabled"
 
@@ -86,8 +86,8 @@ def main() -> None:
     args = parser.parse_args()
 
     phases = PhaseLog(os.path.join(args.out, "phases.jsonl"))
-    logging.getLogger("gradspark.ps.server").addHandler(phases)
-    logging.getLogger("gradspark.ps.server").setLevel(logging.INFO)
+    logging.getLogger("gradspark.rpc.server").addHandler(phases)
+    logging.getLogger("gradspark.rpc.server").setLevel(logging.INFO)
     spark = (SparkSession.builder.master(args.master).appName("netns-bed")
              .config("spark.authenticate", "true")
              .config("spark.authenticate.secret", args.secret)

@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 
-from gradspark.ps import ParameterClient, ProtocolError
-from gradspark.ps.wire import HEADER, MAGIC, VERSION, Kind, tag
+from gradspark.rpc import ParameterClient, ProtocolError
+from gradspark.rpc.wire import HEADER, MAGIC, VERSION, Kind, tag
 
 
 def send_raw(server, data: bytes) -> bytes:

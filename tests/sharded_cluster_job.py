@@ -14,7 +14,7 @@ import tempfile
 from job_support import quiet_session  # sets PYSPARK_PYTHON first
 from hashed_data import frames, hashed_rows
 from gradspark import SGDLogisticRegression
-from gradspark.faults import ENVIRONMENT_VARIABLE
+from gradspark.testing.faults import ENVIRONMENT_VARIABLE
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ import pytest
 from conftest import gradspark_cached_rdds, wait_until
 from ps_fuzz import fuzz
 from gradspark import SGDLinearRegression, SGDLogisticRegression
-from gradspark.faults import ENVIRONMENT_VARIABLE
-from gradspark.ps import ParameterClient, running_servers
-from gradspark.ps.wire import Kind
+from gradspark.testing.faults import ENVIRONMENT_VARIABLE
+from gradspark.rpc import ParameterClient, running_servers
+from gradspark.rpc.wire import Kind
 
 LOOPBACK = dict(parameterServerHost="127.0.0.1")
 ADAM = dict(optimizer="adam", stepSize=0.05, tol=0.0, regParam=0.01)

@@ -13,9 +13,9 @@ from gradspark.data.blocks import Block
 from gradspark.engine.batch_sizing import BatchSizing, dequantize, quantize
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.resident import GradientResponse, RoundCode
-from gradspark.faults import ENVIRONMENT_VARIABLE
+from gradspark.testing.faults import ENVIRONMENT_VARIABLE
 from gradspark.losses import BinaryLogisticLoss
-from gradspark.ps import Weights
+from gradspark.rpc import Weights
 
 LOOPBACK = dict(parameterServerHost="127.0.0.1")
 

@@ -23,8 +23,8 @@ from pyspark import SparkContext
 
 from conftest import gradspark_cached_rdds, wait_until
 from gradspark import SGDLogisticRegression
-from gradspark.faults import ENVIRONMENT_VARIABLE
-from gradspark.ps import running_servers
+from gradspark.testing.faults import ENVIRONMENT_VARIABLE
+from gradspark.rpc import running_servers
 
 WAYS = {
     "jobs, numpy": dict(executionStrategy="jobPerStep", engine="python"),

@@ -18,8 +18,8 @@ from gradspark import SGDLinearRegression, SGDLogisticRegression
 from gradspark.comm.compression import (
     Compression, ErrorFeedback, encode_exact, encode_fp16, encode_topk,
 )
-from gradspark.faults import ENVIRONMENT_VARIABLE
-from gradspark.ps.wire import FIELDS, HEADER, TAG_SIZE, Channel, Kind, ProtocolError
+from gradspark.testing.faults import ENVIRONMENT_VARIABLE
+from gradspark.rpc.wire import FIELDS, HEADER, TAG_SIZE, Channel, Kind, ProtocolError
 from conftest import make_df
 
 LOOPBACK = dict(parameterServerHost="127.0.0.1")

@@ -15,7 +15,7 @@ from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
 from conftest import gradspark_cached_rdds
 from gradspark import SGDLinearRegression, SGDLogisticRegression
-from gradspark.ps.server import running_servers
+from gradspark.rpc.server import running_servers
 
 LOOPBACK = dict(parameterServerHost="127.0.0.1")
 MODES = {

@@ -10,10 +10,10 @@ import pytest
 
 from conftest import gradspark_cached_rdds
 from gradspark import SGDLinearRegression, SGDLogisticRegression
-from gradspark.engine.choice import RESIDENT_BYTES_PER_WORKER, choose
+from gradspark.fit.plan import RESIDENT_BYTES_PER_WORKER, DataPlan, choose
 from gradspark.engine.resident import Tree, WorkersFailed
-from gradspark.faults import ENVIRONMENT_VARIABLE
-from gradspark.ps import running_servers
+from gradspark.testing.faults import ENVIRONMENT_VARIABLE
+from gradspark.rpc import running_servers
 
 LOOPBACK = dict(parameterServerHost="127.0.0.1")
 
@@ -91,23 +91,26 @@ def test_a_stage_that_fails_for_good_fails_the_fit_cleanly(spark, classification
 
 
 def test_auto_keeps_small_data_resident_and_large_data_in_jobs():
-    small = choose("auto", "auto", "sync", jvm_data=False, bytes_per_worker=1e6)
-    assert (small.kernels, small.strategy) == ("python", "resident")
-    large = choose("auto", "auto", "sync", jvm_data=True,
-                   bytes_per_worker=2.0 * RESIDENT_BYTES_PER_WORKER, optimizer="adam")
-    assert (large.kernels, large.strategy) == ("jvm", "jobPerStep")
-    no_jar = choose("auto", "auto", "sync", jvm_data=False,
-                    bytes_per_worker=2.0 * RESIDENT_BYTES_PER_WORKER)
-    assert (no_jar.kernels, no_jar.strategy) == ("python", "jobPerStep")
+    def choice(jvm_data, bytes_per_worker, resident_busy=False, **params):
+        kernels, strategy, _ = choose(SGDLogisticRegression(**params),
+                                      DataPlan("jvm" if jvm_data else "python"),
+                                      bytes_per_worker, resident_busy)
+        return kernels, strategy
+
+    assert choice(False, 1e6) == ("python", "resident")
+    assert choice(True, 2.0 * RESIDENT_BYTES_PER_WORKER, optimizer="adam") == ("jvm",
+                                                                               "jobPerStep")
+    assert choice(False, 2.0 * RESIDENT_BYTES_PER_WORKER) == ("python", "jobPerStep")
     # L-BFGS's few passes do not repay loading big blocks into resident workers.
-    assert choose("auto", "auto", "sync", True, 1e6, optimizer="lbfgs").strategy == "resident"
-    assert choose("auto", "auto", "sync", True, 1e9, optimizer="lbfgs").kernels == "jvm"
-    assert choose("auto", "auto", "sync", True, 1e6, optimizer="adam").strategy == "resident"
-    assert choose("auto", "auto", "sync", False, 1e6, optimizer="lbfgs").strategy == "resident"
-    assert choose("auto", "auto", "sync", True, 1e6, resident_busy=True,
-                  optimizer="adam").strategy == "jobPerStep"
-    assert choose("jvm", "auto", "sync", True, 1.0).strategy == "jobPerStep"
-    assert choose("auto", "auto", "async", True, 1.0).strategy == "async"
+    assert choice(True, 1e6)[1] == "resident"
+    assert choice(True, 1e9)[0] == "jvm"
+    assert choice(True, 1e6, optimizer="adam")[1] == "resident"
+    assert choice(False, 1e6)[1] == "resident"
+    assert choice(True, 1e6, resident_busy=True, optimizer="adam")[1] == "jobPerStep"
+    assert choice(True, 1.0, engine="jvm")[1] == "jobPerStep"
+    assert choice(True, 1.0, mode="async", optimizer="adam")[1] == "async"
+    # Params only resident workers implement keep them resident, whatever the size.
+    assert choice(True, 1e12, optimizer="sgd", localSteps=4)[1] == "resident"
 
 
 def test_auto_choices_on_the_test_data(classification_data):

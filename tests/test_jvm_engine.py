@@ -9,9 +9,9 @@ from job_support import run_job
 from gradspark.data.blocks import BINARY, CLASS_INDEX, REAL
 from gradspark.data.dataset import TrainingData
 from gradspark.data.validation import InvalidDataError
-from gradspark.engine.jvm import (
-    KERNELS_VERSION, JvmGradientEngine, JvmTrainingData, check_version, load_kernels,
-)
+from gradspark.data.jvm import JvmTrainingData
+from gradspark.engine.jvm import JvmGradientEngine
+from gradspark.jvm.loader import KERNELS_VERSION, check_version, load_kernels
 from gradspark.engine.python import PythonGradientEngine
 from gradspark.losses import (
     BinaryLogisticLoss, HingeLoss, HuberLoss, MultinomialLogisticLoss, SquaredLoss,

@@ -19,8 +19,9 @@ from conftest import wait_until
 from ps_fuzz import fuzz, send_raw
 from wiretap import Wiretap, plaintext_frames, values_seen
 from gradspark.losses import SquaredLoss
-from gradspark.ps import ParameterClient, ParameterServer, ProtocolError, StalenessClock
-from gradspark.ps.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind, tag
+from gradspark.rpc import ParameterClient, ParameterServer, ProtocolError
+from gradspark.trainer.clock import StalenessClock
+from gradspark.rpc.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind, tag
 from gradspark.trainer.asynchronous import AsyncConfig, AsyncTraining, run_worker
 from gradspark.trainer.objective import LinearObjective
 
@@ -296,7 +297,7 @@ def test_a_flood_of_slow_strangers_cannot_keep_the_workers_out(caplog):
     X, y, blocks, exact = least_squares()
     objective, training = make_training(X, 2, schedule="cosine")
     stop = threading.Event()
-    with caplog.at_level("WARNING", logger="gradspark.ps.server"):
+    with caplog.at_level("WARNING", logger="gradspark.rpc.server"):
         with ParameterServer(training, HOST, 2, handshake_timeout=5.0,
                              max_pending=10) as server:
             strangers = [_slow_stranger(server.address, stop) for _ in range(30)]
@@ -318,7 +319,7 @@ def test_driver_servers_bind_loopback_in_local_mode_and_spark_settings_elsewhere
     from pyspark import SparkConf
     from types import SimpleNamespace
 
-    from gradspark.ps.endpoint import driver_endpoint
+    from gradspark.rpc.endpoint import driver_endpoint
 
     assert spark.sparkContext.master.startswith("local")
     assert driver_endpoint(spark.sparkContext) == ("127.0.0.1", "127.0.0.1")
@@ -412,7 +413,7 @@ def test_channels_follow_sparks_encryption_settings(spark, caplog):
     from pyspark import SparkConf
     from types import SimpleNamespace
 
-    from gradspark.ps import security
+    from gradspark.rpc import security
 
     def context(**settings):
         conf = SparkConf(loadDefaults=False)
@@ -437,11 +438,11 @@ def test_channels_follow_sparks_encryption_settings(spark, caplog):
     security._warned.clear()
     X, _, _, _ = least_squares()
     network = [a for a in _local_addresses() if not a.startswith("127.")]
-    with caplog.at_level("WARNING", logger="gradspark.ps.security"):
+    with caplog.at_level("WARNING", logger="gradspark.rpc.security"):
         for host in ["127.0.0.1"] + network[:1] * 2:
             _, training = make_training(X, 1)
             ParameterServer(training, host, 1).close()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "gradspark.ps.security"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "gradspark.rpc.security"]
     assert len(warnings) == (1 if network else 0), warnings
     assert all("not encrypted" in w and "spark.network.crypto.enabled" in w for w in warnings)
 

@@ -15,7 +15,7 @@ import pytest
 from gradspark import SGDLinearRegression, SGDLogisticRegression
 from gradspark.losses import BinaryLogisticLoss, HuberLoss, MultinomialLogisticLoss
 from gradspark.optim import make_first_order
-from gradspark.ps.shards import ShardLayout, join_states, slice_state
+from gradspark.trainer.shards import ShardLayout, join_states, slice_state
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.sharded import ShardRule
 from job_support import run_job

@@ -18,7 +18,7 @@ from gradspark.engine.python import grouped_sums
 from gradspark.engine.resident import GradientRounds
 from gradspark.engine.touched import TouchedFeatures
 from gradspark.losses import BinaryLogisticLoss, MultinomialLogisticLoss
-from gradspark.ps import ParameterClient, ParameterServer, ProtocolError
+from gradspark.rpc import ParameterClient, ParameterServer, ProtocolError
 from gradspark.comm.compression import INDEX
 
 HOST = "127.0.0.1"

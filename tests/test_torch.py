@@ -12,7 +12,7 @@ from pyspark.ml import Pipeline, PipelineModel  # noqa: E402
 from pyspark.ml.linalg import Vectors  # noqa: E402
 
 from gradspark import InvalidDataError, TorchEstimator, TorchModel, TorchTrainingError  # noqa: E402
-from gradspark.trainer.ddp import global_batch_size, step_rows, steps_per_epoch  # noqa: E402
+from gradspark.neural.ddp import global_batch_size, step_rows, steps_per_epoch  # noqa: E402
 from conftest import transform_stream  # noqa: E402
 from torch_support import (  # noqa: E402
     digits,
@@ -244,7 +244,8 @@ def test_gpu_conf_and_device_checks_name_the_problem(spark):
     executor GPU 0 failed deep inside NCCL with "Duplicate GPU detected")."""
     from pyspark import SparkConf
 
-    from gradspark.trainer.barrier import check_gpu_conf, duplicate_devices
+    from gradspark.neural.process_group import duplicate_devices
+    from gradspark.stages.slots import check_gpu_conf
 
     with pytest.raises(ValueError, match="no GPUs"):
         check_gpu_conf(SparkConf(loadDefaults=False))
@@ -350,7 +351,7 @@ def test_the_rendezvous_store_listens_on_the_rank_0_task_address_only(spark):
     def rank(index, _):
         import subprocess
 
-        from gradspark.trainer.barrier import process_group
+        from gradspark.neural.process_group import process_group
 
         with process_group(use_gpu=False, timeout_seconds=60) as group:
             port = os.environ["MASTER_PORT"]

@@ -149,7 +149,7 @@ def test_a_torn_sharded_checkpoint_is_never_resumed_and_is_pruned(tmp_path):
 def test_fsdp_shards_know_their_rank_in_a_reused_worker_process():
     # A torch cache keyed on equal-looking device meshes once gave a process that had
     # been rank 1 the shard offsets of rank 1 again as rank 0: the checkpoint then
-    # held each half at the other's place (gradspark.trainer.parallelism).
+    # held each half at the other's place (gradspark.neural.parallelism).
     import socket
 
     import torch.multiprocessing as mp

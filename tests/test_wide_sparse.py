@@ -125,7 +125,7 @@ def test_jvm_statistics_of_csr_partitions_match_numpy(spark, partitions, depth):
     """All-CSR partitions answer with their non-zero sums only (a dense answer at 2^24
     features is 268 MB); merged over tree levels and densified, they equal numpy's."""
     from gradspark.data.blocks import BINARY
-    from gradspark.engine.jvm import JvmTrainingData
+    from gradspark.data.jvm import JvmTrainingData
 
     columns, labels = hashed_rows(500, seed=21)
     df = frames(spark, columns, labels, partitions=partitions)

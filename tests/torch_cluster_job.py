@@ -16,7 +16,7 @@ from job_support import quiet_session  # noqa: E402
 from torch_support import digits, digits_mlp, state_arrays  # noqa: E402
 
 from gradspark import TorchEstimator  # noqa: E402
-from gradspark.faults import ENVIRONMENT_VARIABLE  # noqa: E402
+from gradspark.testing.faults import ENVIRONMENT_VARIABLE  # noqa: E402
 
 spark = quiet_session(sys.argv[1])
 train, _, _, _ = digits(spark, rows=600)

@@ -92,7 +92,7 @@ def shard_offsets_after_swapping_ranks(process: int, ports, results) -> None:
     import torch.distributed as dist
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    from gradspark.trainer.parallelism import FullySharded
+    from gradspark.neural.parallelism import FullySharded
 
     for group, port in enumerate(ports):
         rank = process if group == 0 else 1 - process

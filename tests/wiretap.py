@@ -17,7 +17,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-from gradspark.ps.wire import FIELDS, HEADER, MAGIC, VERSION, Kind
+from gradspark.rpc.wire import FIELDS, HEADER, MAGIC, VERSION, Kind
 
 
 class Wiretap:

@@ -42,6 +42,7 @@ from pyspark.sql.types import NumericType, StringType
 
 from gradspark.connect import is_connect
 from gradspark.data.validation import InvalidDataError
+from gradspark.fit.rules import check_params as check_estimator_params
 from gradspark.report import loss_plot_png
 from gradspark.storage import entries, same_location
 from gradspark.summaries import training_summary
@@ -165,7 +166,7 @@ def check_params(job: dict) -> None:
     if kind == "torch":  # its Params come from the user's function, imported later
         return
     try:
-        estimators[kind](**job["params"])._validate_params()
+        check_estimator_params(estimators[kind](**job["params"]))
     except (TypeError, ValueError) as error:
         raise UsageError(f"bad --param for {kind}: {error}") from None
 

@@ -53,7 +53,7 @@ class ConnectContext:
     """The ``SparkContext`` services the gradspark stages use, for a Connect session.
 
     One per session (:func:`context_of`), so that the one-resident-stage lock
-    (:func:`gradspark.ps.tasks.resident_stage_lock`) is per session too.
+    (:func:`gradspark.stages.sources.resident_stage_lock`) is per session too.
     """
 
     def __init__(self, spark) -> None:

@@ -1,7 +1,7 @@
 """Gradient compression for worker -> driver messages, with error feedback.
 
 A compressor maps a float64 vector to an :class:`Encoded` message, the form
-the wire carries (:mod:`gradspark.ps.wire`):
+the wire carries (:mod:`gradspark.rpc.wire`):
 
 * ``none``: exact. Dense float64, or ``(indices, float64 values)`` when the
   vector is sparse enough that this is smaller (a sparse mini-batch touches

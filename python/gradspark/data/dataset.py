@@ -13,7 +13,9 @@ from pyspark.sql import functions as F
 
 from gradspark.data.blocks import CLASS_INDEX, BINARY, blockify_partition, compact_block
 from gradspark.data.statistics import DataStatistics, block_statistics, merge_statistics
-from gradspark.data.validation import InvalidDataError, check_schema, raising_data_errors
+from gradspark.data.validation import (InvalidDataError, check_schema, feature_vector_size,
+                                       raising_data_errors)
+from gradspark.stages.sources import RddBlocks
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class TrainingData:
         checkpoint_dir: Optional[str] = None,
     ) -> None:
         check_schema(df, features_col, label_col, weight_col)
-        self.num_features = _num_features(df, features_col)
+        self.num_features = feature_vector_size(df, features_col)
         self._uncompacted: Optional[RDD] = None  # the blocks before compact(), if called
         self._feature_map = None
         columns = [F.col(features_col), F.col(label_col).cast("double")]
@@ -107,8 +109,6 @@ class TrainingData:
         return self.blocks
 
     def block_source(self):
-        from gradspark.ps.tasks import RddBlocks
-
         return RddBlocks(self.blocks)
 
     @property
@@ -117,8 +117,6 @@ class TrainingData:
 
     def stored_bytes(self) -> float:
         """Memory + disk size of the cached blocks, as Spark's storage info reports it."""
-        from gradspark.engine.choice import cached_bytes
-
         return cached_bytes(self.blocks.context, self.blocks.id())
 
     def release(self) -> None:
@@ -157,14 +155,9 @@ def trainable(stats: Optional[DataStatistics], weight_col: Optional[str],
     return stats
 
 
-def _num_features(df: DataFrame, features_col: str) -> int:
-    with raising_data_errors(features_col):
-        first = df.select(features_col).where(F.col(features_col).isNotNull()).first()
-    if first is None:
-        if df.limit(1).count() == 0:
-            raise InvalidDataError("the training DataFrame is empty")
-        raise InvalidDataError(f"features column {features_col!r} is null in every row")
-    size = first[0].size
-    if size == 0:
-        raise InvalidDataError(f"features column {features_col!r} holds empty vectors")
-    return size
+def cached_bytes(sc, rdd_id: int) -> float:
+    """Memory + disk size of a cached RDD, from Spark's storage info (no extra job)."""
+    for info in sc._jsc.sc().getRDDStorageInfo():
+        if info.id() == rdd_id:
+            return float(info.memSize() + info.diskSize())
+    return 0.0

@@ -11,7 +11,7 @@ cache, so building it still runs one job over the input.
 
 Every consumer reads the blocks as Arrow batches of the frame: the
 job-per-step engine (:mod:`gradspark.engine.frames`) and the long-running
-stages (:class:`~gradspark.ps.tasks.FrameBlocks`). It works on a classic
+stages (:class:`~gradspark.stages.sources.FrameBlocks`). It works on a classic
 session too (the tests compare the two there).
 """
 
@@ -33,9 +33,10 @@ from gradspark.connect import context_of
 from gradspark.data.blocks import (BINARY, CLASS_INDEX, SPARSE_DENSITY, Block, make_block,
                                    checked_block, compact_block, vector_error)
 from gradspark.data.codec import decode_block, encode_block
-from gradspark.data.dataset import _num_features, trainable
+from gradspark.data.dataset import trainable
 from gradspark.data.statistics import DataStatistics, block_statistics, merge_statistics
-from gradspark.data.validation import (InvalidDataError, check_schema, raising_data_errors,
+from gradspark.data.validation import (InvalidDataError, check_schema, feature_vector_size,
+                                       raising_data_errors,
                                        row_position)
 
 logger = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ class FrameTrainingData:
                              "(DataFrame.checkpoint / localCheckpoint)")
         self.spark = df.sparkSession
         self.context = context_of(self.spark)
-        self.num_features = _num_features(df, features_col)
+        self.num_features = feature_vector_size(df, features_col)
         num_features = self.num_features
         track_classes = label_domain in (BINARY, CLASS_INDEX)
         columns = [F.col(features_col), F.col(label_col).cast("double")]
@@ -255,7 +256,7 @@ class FrameTrainingData:
         self.num_features = len(active)
 
     def block_source(self):
-        from gradspark.ps.tasks import FrameBlocks
+        from gradspark.stages.sources import FrameBlocks
 
         return FrameBlocks(self.blocks_frame(), decode_block, self.context, self._partitions)
 

@@ -18,9 +18,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from gradspark.data.blocks import REAL
-from gradspark.data.dataset import _num_features
 from gradspark.data.frames import arrow_blocks
-from gradspark.data.validation import InvalidDataError, check_schema, raising_data_errors
+from gradspark.data.validation import (InvalidDataError, check_schema, feature_vector_size,
+                                       raising_data_errors)
 
 _SUMS = pa.schema([("rows", pa.int64()), ("width", pa.int64()), ("w", pa.float64()),
                    ("a", pa.list_(pa.float64())), ("aa", pa.list_(pa.float64())),
@@ -78,7 +78,7 @@ def gram_sums(dataset: DataFrame, features_col: str, label_col: str,
     the training data pass (:func:`~gradspark.data.frames.arrow_blocks`), so a bad value
     gets the same :class:`InvalidDataError`, naming its column, partition and row."""
     check_schema(dataset, features_col, label_col, weight_col)
-    num_features = _num_features(dataset, features_col)
+    num_features = feature_vector_size(dataset, features_col)
     columns = [F.col(features_col), F.col(label_col).cast("double")]
     if weight_col:
         columns.append(F.col(weight_col).cast("double"))

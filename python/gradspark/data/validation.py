@@ -15,6 +15,7 @@ from typing import Iterator, Optional
 
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.types import NumericType
 
 _MARK = "gradspark-data-error"
@@ -92,3 +93,18 @@ def check_schema(
 
 def row_position(partition: int, row: int) -> str:
     return f"partition {partition}, row {row}"
+
+
+def feature_vector_size(df: DataFrame, features_col: str) -> int:
+    """The size of the first non-null vector in ``features_col``; a clear error when
+    there is none."""
+    with raising_data_errors(features_col):
+        first = df.select(features_col).where(F.col(features_col).isNotNull()).first()
+    if first is None:
+        if df.limit(1).count() == 0:
+            raise InvalidDataError("the training DataFrame is empty")
+        raise InvalidDataError(f"features column {features_col!r} is null in every row")
+    size = first[0].size
+    if size == 0:
+        raise InvalidDataError(f"features column {features_col!r} holds empty vectors")
+    return size

@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from gradspark.engine.python import PythonGradientEngine, decoded, partition_result, result_size
 from gradspark.engine.sums import GradientSums, add_sums
-from gradspark.faults import fault_plan
 
 RESULT_SCHEMA = "partition int, result binary, bytes long"
 _ARROW_SCHEMA = pa.schema([("partition", pa.int32()), ("result", pa.binary()),
@@ -30,7 +29,7 @@ _ARROW_SCHEMA = pa.schema([("partition", pa.int32()), ("result", pa.binary()),
 
 class FrameGradientEngine(PythonGradientEngine):
     """:class:`~gradspark.engine.python.PythonGradientEngine`'s arithmetic, one
-    ``mapInArrow`` job per step over a :class:`~gradspark.ps.tasks.FrameBlocks` source."""
+    ``mapInArrow`` job per step over a :class:`~gradspark.stages.sources.FrameBlocks` source."""
 
     def gradient_sums(
         self,
@@ -44,7 +43,7 @@ class FrameGradientEngine(PythonGradientEngine):
         """Sums over all rows, or over a Bernoulli(fraction) sample seeded by (seed, step)."""
         state = (np.asarray(coef), np.asarray(offset), np.asarray(aux))
         loss, decode = self.loss, self.blocks.decode
-        faults = fault_plan()
+        faults = self.faults
         encode = self.compression.new()
         d, k = state[0].shape[0], state[1].shape[0]
 

@@ -23,7 +23,6 @@ from gradspark.comm.compression import Compression
 from gradspark.comm.traffic import JobTraffic
 from gradspark.data.blocks import Block, sample_block
 from gradspark.engine.sums import GradientSums, add_sums
-from gradspark.faults import fault_plan
 from gradspark.losses import Loss
 
 
@@ -118,7 +117,7 @@ class PythonGradientEngine:
     """
 
     def __init__(self, blocks: RDD, loss: Loss, aggregation_depth: int = 2,
-                 compression: Compression = Compression()) -> None:
+                 compression: Compression = Compression(), faults=None) -> None:
         if compression.name == "topk":
             raise ValueError("compression='topk' needs resident workers (its error feedback "
                              "lives in a worker from one step to the next)")
@@ -127,6 +126,7 @@ class PythonGradientEngine:
         self.aggregation_depth = aggregation_depth
         self.compression = Compression(compression.name, error_feedback=False)
         self.traffic = JobTraffic()
+        self.faults = faults  # test-only fault injection (gradspark.testing.faults)
 
     @property
     def metrics(self) -> Dict[str, object]:
@@ -145,7 +145,7 @@ class PythonGradientEngine:
         sc = self.blocks.context
         state = sc.broadcast((coef, offset, aux))
         loss = self.loss
-        faults = fault_plan()
+        faults = self.faults
         encode = self.compression.new()
         d, k = np.asarray(coef).shape[0], np.asarray(offset).shape[0]
         result_bytes = sc.accumulator(0)

@@ -10,7 +10,7 @@ complete only when every worker has answered for it, and each input
 partition samples its mini-batch from ``(seed, step, partition)`` as in the
 job-per-step engine.
 
-It reuses the async mode's machinery (:mod:`gradspark.ps`): the same
+It reuses the async mode's machinery (:mod:`gradspark.rpc`): the same
 authenticated wire format, server and client, and the same long-running
 task wrapper. Only the handler differs: instead of an SSP clock it keeps one
 round at a time. In the WEIGHTS frame the ``clock`` field carries the round
@@ -55,14 +55,12 @@ from gradspark.engine.batch_sizing import BatchSizing, dequantize, quantize
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, split_map
 from gradspark.engine.touched import TouchedBatch, TouchedFeatures
-from gradspark.faults import fault_plan
 from gradspark.losses import Loss
-from gradspark.params import TOPOLOGIES
-from gradspark.ps.endpoint import driver_endpoint
-from gradspark.ps.security import spark_encrypts
-from gradspark.ps import ParameterClient, ParameterServer
-from gradspark.ps.tasks import RddBlocks, by_partition, resident_stage_lock, resident_task
-from gradspark.trainer.barrier import require_task_slots
+from gradspark.rpc.endpoint import driver_endpoint
+from gradspark.rpc.security import spark_encrypts
+from gradspark.rpc import ParameterClient, ParameterServer
+from gradspark.stages.slots import require_task_slots, resident_stage_lock
+from gradspark.stages.sources import RddBlocks, by_partition, resident_task
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +130,7 @@ class GradientRounds:
 
     The driver holds one (expecting every worker in a star, the root of the
     tree otherwise) and so does every inner node of a tree, for its children.
-    Implements :class:`gradspark.ps.server.Handler`; every method runs on a
+    Implements :class:`gradspark.rpc.server.Handler`; every method runs on a
     server connection thread and holds ``self.lock``.
     """
 
@@ -488,29 +486,17 @@ class ResidentGradientEngine:
                  timeout: float = 300.0, topology: str = "star",
                  aggregation_depth: int = 2, *, compression: Compression = Compression(),
                  quorum: float = 1.0, respond=None, sparse_pull: bool = True,
-                 batch_sizing: str = "fixed") -> None:
-        if topology not in TOPOLOGIES:
-            raise ValueError(f"topology must be one of {list(TOPOLOGIES)}, got {topology!r}")
-        if not 0.0 < quorum <= 1.0:
-            raise ValueError(f"workerQuorum must be in (0, 1], got {quorum}")
-        if quorum < 1.0 and topology == "tree":
-            raise ValueError("workerQuorum < 1 needs aggregationTopology='star': in a tree "
-                             "a node's answer carries its whole subtree")
-        if batch_sizing not in ("fixed", "throughput"):
-            raise ValueError(f"batchSizing must be 'fixed' or 'throughput', got {batch_sizing!r}")
-        if batch_sizing == "throughput" and (topology == "tree" or quorum < 1.0):
-            raise ValueError("batchSizing='throughput' needs aggregationTopology='star' and "
-                             "workerQuorum=1: it sizes each worker's batch by the time its "
-                             "own answer takes")
+                 batch_sizing: str = "fixed", objective=None, faults=None) -> None:
         self.batch_sizing = batch_sizing
         self.sizing: Optional[BatchSizing] = None  # star only: the driver sees every answer
         self.compression = compression
         self.quorum = quorum
         self.respond = respond
         self.sparse_pull = sparse_pull
-        # Set (engine-less) before start() when compression is lossy: see GradientResponse.
-        self.objective = None
-        # An RDD of Blocks, or a source from gradspark.ps.tasks (RddBlocks, FrameBlocks).
+        # Engine-less, when compression is lossy: see GradientResponse.
+        self.objective = objective
+        self.faults = faults  # test-only fault injection (gradspark.testing.faults)
+        # An RDD of Blocks, or a source from gradspark.stages.sources (RddBlocks, FrameBlocks).
         self.source = blocks if hasattr(blocks, "run") else RddBlocks(blocks)
         self.loss = loss
         self.num_features = num_features
@@ -579,7 +565,7 @@ class ResidentGradientEngine:
         num_workers = self.source.num_workers()
         respond = self.respond or GradientResponse(
             self.loss, self.num_features, self.num_outputs, self.mini_batch_fraction,
-            self.seed, fault_plan(), self.objective, self.sparse_pull)
+            self.seed, self.faults, self.objective, self.sparse_pull)
         if tree:
             require_task_slots(sc, num_workers, use_gpu=False)
             self.tree = Tree.for_depth(num_workers, self.aggregation_depth)

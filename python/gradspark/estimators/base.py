@@ -1,13 +1,16 @@
-"""The fit template shared by the linear estimators, and the model base class.
+"""The fit template shared by the linear estimators.
 
-``_SGDLinearEstimator._fit`` does what every linear estimator needs:
-validate Params, cache validated blocks and their statistics in one pass
-(in the JVM when the kernels jar loads), choose the gradient engine and
-execution strategy (:mod:`gradspark.engine.choice`), build the
-MLlib-equivalent objective in the standardized space, train on the driver
-(sync steps or the async parameter server), map the solution back to the
-input's units and hand it to the subclass's model. Subclasses say only what differs: the label
-domain, the loss, and how to turn coefficients into a model.
+``_SGDLinearEstimator._fit`` does what every linear estimator needs, in
+this order: resolve the data path (:func:`gradspark.fit.plan.plan_data`,
+which checks the Params), cache validated blocks and their statistics in
+one pass, let the subclass set up its problem (loss, outputs, effective
+regularization), resolve the rest of the plan
+(:func:`gradspark.fit.plan.plan_fit`), build the MLlib-equivalent
+objective, train as the plan says (:func:`gradspark.fit.execute.train`),
+map the solution back to the input's units and hand it to the subclass's
+model (:mod:`gradspark.estimators.model`). Subclasses say only what
+differs: the label domain, the loss, and how to turn coefficients into a
+model.
 """
 
 from __future__ import annotations
@@ -18,23 +21,15 @@ import inspect
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 import numpy as np
-from pyspark.ml import Estimator, Model
-from pyspark.ml.util import (
-    DefaultParamsReadable,
-    DefaultParamsReader,
-    MLReadable,
-    MLReader,
-    MLWritable,
-    MLWriter,
-)
-from pyspark.ml.linalg import DenseVector, Vector, VectorUDT
+from pyspark.ml import Estimator
+from pyspark.ml.util import DefaultParamsReadable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from gradspark.accessors import MODEL_SETTERS, ParamAccessors
+from gradspark.accessors import ParamAccessors
 from gradspark.checkpoints import (
     TrainingCheckpoints,
     TrainingState,
@@ -43,35 +38,31 @@ from gradspark.checkpoints import (
     run_directory,
     training_meta,
 )
-from gradspark.comm.compression import Compression
 from gradspark.comm.traffic import per_step
-from gradspark.data.blocks import SPARSE_DENSITY
+from gradspark.connect import context_of
 from gradspark.data.compaction import active_features, expand_rows
-from gradspark.connect import context_of, is_connect
 from gradspark.data.dataset import TrainingData
 from gradspark.data.frames import FrameTrainingData
+from gradspark.data.jvm import JvmTrainingData
 from gradspark.data.statistics import DataStatistics, require_finite_statistics
 from gradspark.data.validation import InvalidDataError
-from gradspark.engine import PythonGradientEngine
-from gradspark.engine.choice import EngineChoice, choose, data_path
-from gradspark.engine.frames import FrameGradientEngine
-from gradspark.engine.resident import ResidentGradientEngine
+from gradspark.estimators.model import _LinearModel
+from gradspark.fit.execute import (ResidentSettings, evaluation_engine, gradient_engine,
+                                   job_engine, train)
+from gradspark.fit.plan import parameter_space, plan_data, plan_fit
 from gradspark.integrations.mlflow_tracking import log_training
 from gradspark.integrations.tensorboard import tensorboard_run, write_fit_curves
-from gradspark.estimators.scoring import OutputFns, append_outputs
-from gradspark.faults import fault_plan
-from gradspark.ps.tasks import resident_stage_running, task_slots
 from gradspark.losses import Loss
-from gradspark.params import HasInitialModel, HasValidation, SGDParams, validate_sgd_params
-from gradspark.persistence import DataFrameWriter, ParamsWritable, json_value
-from gradspark.summaries import PredictionSummary, TrainingSummary
-from gradspark.trainer import AsyncConfig, LinearObjective, SyncConfig, train_async, train_sync
-from gradspark.trainer.sharded import train_sharded
+from gradspark.params import HasInitialModel, HasValidation, SGDParams
+from gradspark.persistence import ParamsWritable, json_value
+from gradspark.summaries import TrainingSummary
+from gradspark.trainer import LinearObjective
 from gradspark.trainer.divergence import check_final_objective
-from gradspark.trainer.local_sgd import LocalSGDResponse, train_local_sgd
-from gradspark.trainer.validation import EarlyStopping
 
 logger = logging.getLogger(__name__)
+
+# The training data for each data path of the fit plan (gradspark.fit.plan.DATA_KINDS).
+TRAINING_DATA = {"frame": FrameTrainingData, "python": TrainingData, "jvm": JvmTrainingData}
 
 
 @dataclass
@@ -139,9 +130,6 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
     ) -> "_LinearModel":
         raise NotImplementedError
 
-    def _validate_params(self) -> None:
-        validate_sgd_params(self)
-
     def _data_checkpoint_dir(self) -> Optional[str]:
         if not self.getCheckpointData():
             return None
@@ -197,34 +185,6 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
         theta = objective.from_original_space(coefficients, model._intercepts, model._aux)
         return objective.project(theta), None
 
-    def _trainer_config(self) -> SyncConfig:
-        common = dict(
-            optimizer=self.getOptimizer(),
-            max_iter=self.getMaxIter(),
-            tol=self.getTol(),
-            step_size=self.getStepSize(),
-            schedule=self.getLearningRateSchedule(),
-            momentum=self.getMomentum(),
-            nesterov=self.getNesterov(),
-            label=type(self).__name__,
-        )
-        if self.getMode() == "async" or self.getParameterServers():
-            bound = self.getMaxStaleness() if self.getMode() == "async" else 0
-            return AsyncConfig(max_staleness=bound,
-                               worker_timeout=self.getWorkerTimeout(),
-                               host=self.getParameterServerHost(),
-                               compression=self._compression(),
-                               sparse_pull=self.getSparsePull(),
-                               stale_policy=self.getStaleGradientPolicy(),
-                               delay_compensation=self.getDelayCompensation(),
-                               adaptive_compensation=self.getAdaptiveCompensation(),
-                               **common)
-        return SyncConfig(local_steps=self.getLocalSteps(), **common)
-
-    def _compression(self) -> Compression:
-        return Compression(self.getCompression(), self.getCompressionRatio(),
-                           self.getErrorFeedback())
-
     def _fit(self, dataset: DataFrame) -> "_LinearModel":
         with tensorboard_run(self.getTensorboardDir(), f"{self.uid}-{int(time.time())}",
                              dataset.sparkSession) as board:
@@ -234,20 +194,10 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
         return model
 
     def _train(self, dataset: DataFrame) -> "_LinearModel":
-        self._validate_params()
+        data_plan = plan_data(self, dataset)  # checks the Params; the data path
         weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else None
         weight_col = weight_col or None
-        connect = is_connect(dataset)
-        if connect and self.getEngine() == "jvm":
-            raise ValueError("engine='jvm' calls the JVM kernels through py4j, which a Spark "
-                             "Connect session does not have; use engine='auto' or 'python'")
-        jvm_data = not connect and data_path(dataset.sparkSession, self.getEngine(),
-                                             self.getExecutionStrategy(), self._workers_mode())
-        if connect:
-            logger.info("%s: Spark Connect session: numpy kernels over a cached block frame "
-                        "(the JVM kernels need py4j)", type(self).__name__)
-        data_class = (FrameTrainingData if connect
-                      else jvm_training_data() if jvm_data else TrainingData)
+        data_class = TRAINING_DATA[data_plan.kind]
 
         def blocks(rows: DataFrame, checkpoint_dir: Optional[str] = None):
             return data_class(rows, self.getFeaturesCol(), self.getLabelCol(), weight_col,
@@ -271,75 +221,35 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
             problem = self._problem(stats)
             if validation is not None:
                 self._check_validation_labels(validation, problem)
-            num_features = data.num_features
-            choice = self._choose_engine(context_of(dataset), data, jvm_data)
-            engine = self._gradient_engine(data, choice, problem)
-            box = self._coefficient_box(problem.num_outputs, input_features)
-            objective = LinearObjective(
-                engine=engine,
-                loss=problem.loss,
-                num_features=num_features,
-                num_outputs=problem.num_outputs,
-                fit_intercept=self.getFitIntercept(),
-                features_mean=stats.features.mean,
-                features_std=stats.features_std,
-                l2=np.zeros(0),
-                l1=np.zeros(0),
-                label_shift=problem.label_shift,
-                label_scale=problem.label_scale,
-                mini_batch_fraction=self.getMiniBatchFraction(),
-                seed=self.getSeed(),
-                space=self._parameter_space(stats),
-                center=box is None,
-            )
-            objective.l2, objective.l1 = regularization_vectors(
-                objective, problem.reg_param, self.getElasticNetParam(),
-                self.getStandardization())
-            if box is not None:
-                self._check_box_supported(objective)
-                (lower, upper), intercepts = box
-                if active is not None:
-                    lower, upper = lower[active], upper[active]
-                objective.constrain((lower, upper), intercepts)
-            config = self._trainer_config()
+            plan = plan_fit(self, data_plan, context_of(dataset), data)
+            objective = self._objective(problem, stats, data.num_features, active,
+                                        input_features)
+            depth = self.getAggregationDepth()
+            objective.engine = engine = gradient_engine(plan, data, objective, depth,
+                                                        self._resident_settings())
+            config = plan.config
             identity = self._fit_identity(dataset, stats, weight_col)
             checkpoints = self._checkpoints(dataset, identity)
             theta0 = objective.project(objective.initial(problem.initial_intercepts))
-            continues = (not isinstance(config, AsyncConfig) and config.local_steps == 1)
+            continues = plan.trainer == "sync"  # a trainer that continues a state
             start = None
             if self.isSet(self.initialModel):
                 theta0, start = self._warm_start(objective, active, input_features,
                                                  identity, continues)
                 if start is not None:  # maxIter more steps
                     config.max_iter = start.step + config.max_iter
-            if choice.strategy == "resident" and self._compression().lossy:
-                engine.objective = dataclasses.replace(objective, engine=None)
-            if self.getParameterServers():
-                result = train_sharded(objective, theta0, config, data.block_source(),
-                                       self.getParameterServers(), checkpoints)
-            elif isinstance(config, AsyncConfig):
-                result = train_async(objective, theta0, config, data.block_source(),
-                                     checkpoints)
-            elif config.local_steps > 1:
-                engine.respond = LocalSGDResponse.of(objective, config, fault_plan())
-                with engine:
-                    result = train_local_sgd(objective, theta0, config, engine, checkpoints)
-            else:
-                early_stopping = None
-                if validation is not None:
-                    held_out = dataclasses.replace(
-                        objective, mini_batch_fraction=1.0,
-                        engine=self._job_engine(validation, jvm_data, problem))
-                    early_stopping = EarlyStopping(lambda theta: held_out.data_term(theta)[0],
-                                                   self.getValidationTol())
-                with engine if choice.strategy == "resident" else contextlib.nullcontext():
-                    result = train_sync(objective, theta0, config, checkpoints, start,
-                                        early_stopping)
+            held_out = None
+            if validation is not None:
+                held_out = dataclasses.replace(
+                    objective, mini_batch_fraction=1.0,
+                    engine=job_engine(plan, validation, problem.loss, depth))
+            result = train(plan, objective, theta0, data, engine, checkpoints, start, held_out,
+                           self.getValidationTol(), self.getParameterServers())
             engine_metrics = getattr(engine, "metrics", {})
             outcome = {}
             if config.optimizer != "lbfgs":  # L-BFGS's history is exact and never goes up
                 outcome = check_final_objective(
-                    objective, self._evaluation_engine(data, engine, choice, jvm_data, problem),
+                    objective, evaluation_engine(plan, data, engine, problem.loss, depth),
                     theta0, result.theta, config)
             coefficients, intercepts, aux = objective.original_space(result.theta)
             coefficients = expand_rows(coefficients, active, input_features)
@@ -355,10 +265,11 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
             weightSum=stats.weight_sum,
             validationHistory=list(result.metrics.get("validationHistory", [])),
             bestIteration=result.metrics.get("bestIteration"),
-            extra={"mode": self.getMode(), "engine": choice.kernels,
-                   "executionStrategy": choice.strategy, "jvmData": jvm_data,
+            extra={"mode": self.getMode(), "engine": plan.kernels,
+                   "executionStrategy": plan.strategy, "jvmData": plan.data.jvm,
                    "gradientEvaluations": objective.evaluations,
-                   "trainedFeatures": num_features, "parameterSpace": objective.space,
+                   "trainedFeatures": objective.num_features,
+                   "parameterSpace": objective.space,
                    "resumedFromStep": result.resumed_from, **metrics},
         )
         model = self._fitted_model(self._make_model(coefficients, intercepts, aux, problem),
@@ -370,6 +281,44 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                 history=np.asarray(result.objective_history), converged=result.converged,
                 meta=identity)
         return model
+
+    def _objective(self, problem: LinearProblem, stats: DataStatistics, num_features: int,
+                   active, input_features: int) -> LinearObjective:
+        """The MLlib-equivalent objective in the parameter space, without an engine yet."""
+        box = self._coefficient_box(problem.num_outputs, input_features)
+        objective = LinearObjective(
+            engine=None,
+            loss=problem.loss,
+            num_features=num_features,
+            num_outputs=problem.num_outputs,
+            fit_intercept=self.getFitIntercept(),
+            features_mean=stats.features.mean,
+            features_std=stats.features_std,
+            l2=np.zeros(0),
+            l1=np.zeros(0),
+            label_shift=problem.label_shift,
+            label_scale=problem.label_scale,
+            mini_batch_fraction=self.getMiniBatchFraction(),
+            seed=self.getSeed(),
+            space=parameter_space(self, stats),
+            center=box is None,
+        )
+        objective.l2, objective.l1 = regularization_vectors(
+            objective, problem.reg_param, self.getElasticNetParam(),
+            self.getStandardization())
+        if box is not None:
+            self._check_box_supported(objective)
+            (lower, upper), intercepts = box
+            if active is not None:
+                lower, upper = lower[active], upper[active]
+            objective.constrain((lower, upper), intercepts)
+        return objective
+
+    def _resident_settings(self) -> ResidentSettings:
+        return ResidentSettings(
+            self.getMiniBatchFraction(), self.getSeed(), self.getParameterServerHost(),
+            self.getWorkerTimeout(), self.getAggregationTopology(), self.getWorkerQuorum(),
+            self.getSparsePull(), self.getBatchSizing())
 
     def _fitted_model(self, model: "_LinearModel", training_rows: DataFrame,
                       history: TrainingSummary) -> "_LinearModel":
@@ -394,81 +343,6 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
         if self.getParameterServers():
             raise ValueError("bounds on coefficients are not supported with "
                              "parameterServers > 0")
-
-    def _parameter_space(self, stats: DataStatistics) -> str:
-        """``parameterSpace``, with ``auto`` resolved (see the Param's doc and
-        :mod:`gradspark.trainer.objective`)."""
-        space = self.getParameterSpace()
-        if space == "auto":
-            first_order_on_sparse = (self.getOptimizer() != "lbfgs"
-                                     and stats.density < SPARSE_DENSITY)
-            space = "raw" if first_order_on_sparse else "standardized"
-        return space
-
-    def _workers_mode(self) -> str:
-        """``mode``, as far as choosing the engine goes: sharded servers need the same
-        long-running workers as async mode."""
-        return "async" if self.getParameterServers() else self.getMode()
-
-    def _choose_engine(self, sc, data, jvm_data: bool) -> EngineChoice:
-        if self.getParameterServers():
-            return EngineChoice("python", "sharded", f"parameterServers="
-                                f"{self.getParameterServers()}: shards in the workers' tasks")
-        workers = min(data.num_partitions, task_slots(sc))
-        bytes_per_worker = data.stored_bytes() / workers
-        strategy = self.getExecutionStrategy()
-        if self.getValidationIndicatorCol() and strategy == "auto":
-            strategy = "jobPerStep"  # validation passes need the task slots between steps
-        choice = choose(self.getEngine(), strategy, self._workers_mode(),
-                        jvm_data, bytes_per_worker, resident_stage_running(sc),
-                        self.getOptimizer(), self.needsResidentWorkers())
-        if self.getCompression() == "topk" and self.getOptimizer() in ("adam", "adagrad", "ftrl"):
-            logger.warning("%s: compression='topk' with optimizer=%r: adaptive steps scale "
-                           "each coordinate's rare, accumulated top-k values up, which "
-                           "trains badly; use optimizer='sgd' (benchmarks/communication.py)",
-                           type(self).__name__, self.getOptimizer())
-        logger.info("%s: %s kernels, %s (%s; blockified in the %s)", type(self).__name__,
-                    choice.kernels, choice.strategy, choice.reason,
-                    "JVM" if jvm_data else "Python workers")
-        return choice
-
-    def _gradient_engine(self, data, choice: EngineChoice, problem: LinearProblem):
-        """The engine the objective calls; a resident one is started by ``with engine:``
-        around the training (local SGD sets its ``respond`` first)."""
-        depth = self.getAggregationDepth()
-        if choice.kernels == "jvm":
-            from gradspark.engine.jvm import JvmGradientEngine
-
-            return JvmGradientEngine(data, problem.loss, depth)
-        if choice.strategy == "resident":
-            engine = ResidentGradientEngine(
-                data.block_source(), problem.loss, data.num_features, problem.num_outputs,
-                self.getMiniBatchFraction(), self.getSeed(), self.getParameterServerHost(),
-                self.getWorkerTimeout(), self.getAggregationTopology(), depth,
-                compression=self._compression(), quorum=self.getWorkerQuorum(),
-                sparse_pull=self.getSparsePull(), batch_sizing=self.getBatchSizing())
-            return engine
-        # (async mode's workers compress their own pushes; this engine is unused there)
-        compression = self._compression() if choice.strategy == "jobPerStep" else Compression()
-        return python_job_engine(data, problem.loss, depth, compression)
-
-
-    def _evaluation_engine(self, data, engine, choice: EngineChoice, jvm_data: bool,
-                           problem: LinearProblem):
-        """An engine that sums every row once per call, outside any resident stage: the
-        fit's own when it runs a job per step, else a job-per-step one over the same blocks."""
-        if choice.strategy == "jobPerStep":
-            return engine
-        return self._job_engine(data, jvm_data, problem)
-
-    def _job_engine(self, data, jvm_data: bool, problem: LinearProblem):
-        """A job-per-step engine over ``data``'s blocks, for its data path."""
-        depth = self.getAggregationDepth()
-        if jvm_data:
-            from gradspark.engine.jvm import JvmGradientEngine
-
-            return JvmGradientEngine(data, problem.loss, depth)
-        return python_job_engine(data, problem.loss, depth)
 
     # -- validation (early stopping) -------------------------------------------
     def _split_validation(self, dataset: DataFrame):
@@ -509,221 +383,3 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                 f"validation rows ({self.getValidationIndicatorCol()} true) hold class "
                 f"{classes - 1}, which the training rows never show ({problem.num_outputs} "
                 "classes)")
-
-
-def python_job_engine(data, loss: Loss, depth: int, compression: Compression = Compression()):
-    """The numpy job-per-step engine for the data's kind: RDD jobs, or ``mapInArrow`` jobs
-    over a block frame (Spark Connect)."""
-    if isinstance(data, FrameTrainingData):
-        return FrameGradientEngine(data.block_source(), loss, depth, compression)
-    return PythonGradientEngine(data.python_blocks(), loss, depth, compression)
-
-
-def jvm_training_data():
-    from gradspark.engine.jvm import JvmTrainingData  # loads nothing until a fit asks
-
-    return JvmTrainingData
-
-
-class _LinearModel(Model, SGDParams, ParamAccessors, MLReadable, MLWritable):
-    """A fitted linear model: coefficient matrix (d x k) and intercepts (k)."""
-
-    _setter_params = MODEL_SETTERS
-
-    _data_fields = ("coefficients", "intercepts", "aux")
-
-    def __init__(
-        self,
-        coefficient_matrix: Optional[np.ndarray] = None,
-        intercepts: Optional[np.ndarray] = None,
-        aux: Optional[np.ndarray] = None,
-    ) -> None:
-        super().__init__()
-        self._coefficient_matrix = (
-            np.zeros((0, 1)) if coefficient_matrix is None else np.asarray(coefficient_matrix)
-        )
-        self._intercepts = np.zeros(1) if intercepts is None else np.asarray(intercepts)
-        self._aux = np.zeros(0) if aux is None else np.asarray(aux)
-        self._summary: Optional[PredictionSummary] = None
-        # The state a fit in this session ended in, for initialModel (not saved).
-        self._training_state: Optional[TrainingState] = None
-
-    @property
-    def numFeatures(self) -> int:
-        return self._coefficient_matrix.shape[0]
-
-    @property
-    def hasSummary(self) -> bool:
-        return self._summary is not None
-
-    @property
-    def summary(self) -> PredictionSummary:
-        """The training history and MLlib's metrics on the training data (see
-        :mod:`gradspark.summaries`); metrics are computed on first access."""
-        if self._summary is None:
-            raise RuntimeError(
-                "no training summary: this model was loaded or copied, not fitted in this session"
-            )
-        return self._summary
-
-    def copy(self, extra=None) -> "_LinearModel":
-        that = super().copy(extra)
-        that._summary = self._summary
-        that._training_state = self._training_state
-        return that
-
-    # -- predictions -------------------------------------------------------
-    def _output_fns(self) -> OutputFns:
-        """``{role: (Spark type, fn(margins))}`` for each output column, keyed by the
-        Param's name without ``Col`` (``prediction``, ``rawPrediction``, ...). ``fn``
-        maps an ``n x k`` margin matrix to ``n`` values (or ``n`` vectors as rows); it
-        must not refer to ``self``: it is shipped to the executors."""
-        raise NotImplementedError
-
-    def _transform(self, dataset: DataFrame) -> DataFrame:
-        self._require_features(dataset)
-        outputs = [(self.getOrDefault(f"{role}Col"), dtype, fn)
-                   for role, (dtype, fn) in self._output_fns().items()]
-        return append_outputs(dataset, self.getFeaturesCol(), self._coefficient_matrix,
-                              self._intercepts, outputs)
-
-    def _predict_one(self, role: str, features: Vector):
-        if features.size != self.numFeatures:
-            raise ValueError(f"the features vector has size {features.size}; this model "
-                             f"was fitted on {self.numFeatures} features")
-        dtype, fn = self._output_fns()[role]
-        value = fn(self._margins_fn()(features)[None, :])[0]
-        return DenseVector(value) if isinstance(dtype, VectorUDT) else float(value)
-
-    def predict(self, value: Vector) -> float:
-        """The prediction for one feature vector, as ``transform`` computes it."""
-        return self._predict_one("prediction", value)
-
-    # -- summaries -----------------------------------------------------------
-    def _summary_on(self, dataset: DataFrame,
-                    history: Optional[TrainingSummary] = None) -> PredictionSummary:
-        """MLlib's summary of this model's predictions on ``dataset``; a training summary
-        when given the fit's ``history``. Output columns left empty get a name here, as
-        MLlib does for its summaries."""
-        missing = [c for c in (self.getFeaturesCol(), self.getLabelCol())
-                   if c not in dataset.columns]
-        if missing:
-            raise ValueError(f"column(s) {missing} not found; the DataFrame has columns "
-                             f"{sorted(dataset.columns)}")
-        model = self.copy()
-        for role in self._output_fns():
-            if not model.getOrDefault(f"{role}Col"):
-                model._set(**{f"{role}Col": f"{role}_{self.uid}"})
-        predictions = model.transform(dataset)
-        weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else ""
-        columns = dict(predictions=predictions, labelCol=model.getLabelCol(),
-                       predictionCol=model.getPredictionCol(),
-                       featuresCol=model.getFeaturesCol(),
-                       weightCol=weight_col if weight_col in dataset.columns else None)
-        kind, trained = model._summary_kinds()
-        columns.update(model._summary_columns())
-        if history is None:
-            return kind(**columns)
-        return trained(history, **columns, **model._training_summary_columns())
-
-    def _summary_kinds(self) -> Tuple[type, type]:
-        """(evaluation summary class, training summary class) for this model."""
-        raise NotImplementedError
-
-    def _summary_columns(self) -> Dict[str, Any]:
-        """Constructor arguments the model's summary classes take beyond the columns."""
-        return {}
-
-    def _training_summary_columns(self) -> Dict[str, Any]:
-        """Constructor arguments only its training summary class takes."""
-        return {}
-
-    def evaluate(self, dataset: DataFrame) -> PredictionSummary:
-        """MLlib's ``model.evaluate(df)``: the metrics of this model on ``dataset``."""
-        return self._summary_on(dataset)
-
-    def _margins_fn(self):
-        coef, intercepts = self._coefficient_matrix, self._intercepts
-
-        def margins(v) -> np.ndarray:
-            if hasattr(v, "indices"):
-                return v.values @ coef[v.indices] + intercepts
-            return v.toArray() @ coef + intercepts
-
-        return margins
-
-    # -- export to MLlib's model classes ---------------------------------------
-    _mllib_class: type  # pyspark.ml's model class (set by each model)
-    _mllib_params: type  # MLlib's Params mixin of that class
-
-    def _mllib_data(self) -> Tuple[tuple, Any]:
-        """(row, StructType) of MLlib's ``data/`` Parquet for this model."""
-        raise NotImplementedError
-
-    def toMLlib(self, path: Optional[str] = None):
-        """This model as pyspark.ml's own model class (``LogisticRegressionModel``, ...),
-        scored by MLlib's JVM ``transform``; see :mod:`gradspark.estimators.mllib_export`
-        (on a cluster, give a ``path`` on storage every executor reads)."""
-        from gradspark.estimators.mllib_export import to_mllib
-
-        return to_mllib(self, path)
-
-    def saveAsMLlib(self, path: str, overwrite: bool = False) -> None:
-        """Write this model in MLlib's layout, loadable by MLlib's reader (Scala, Java,
-        pyspark, a Connect server without gradspark)."""
-        from gradspark.estimators.mllib_export import save_as_mllib
-
-        save_as_mllib(self, path, overwrite)
-
-    # -- persistence -----------------------------------------------------
-    def write(self) -> MLWriter:
-        return _LinearModelWriter(self)
-
-    @classmethod
-    def read(cls) -> MLReader:
-        return _LinearModelReader(cls)
-
-    def _require_features(self, dataset: DataFrame) -> None:
-        fields = [f.name for f in dataset.schema.fields]
-        if self.getFeaturesCol() not in fields:
-            raise ValueError(
-                f"features column {self.getFeaturesCol()!r} not found; the DataFrame has "
-                f"columns {sorted(fields)}"
-            )
-
-
-class _LinearModelWriter(DataFrameWriter):
-    def __init__(self, instance: _LinearModel) -> None:
-        super().__init__()
-        self.instance = instance
-
-    def saveImpl(self, path: str) -> None:
-        m = self.instance
-        self.save_metadata(m, path, extra={"shape": list(m._coefficient_matrix.shape)})
-        row = (
-            m._coefficient_matrix.ravel().tolist(),
-            m._intercepts.tolist(),
-            m._aux.tolist(),
-        )
-        self.save_data(self.sparkSession.createDataFrame(
-            [row], "coefficients array<double>, intercepts array<double>, aux array<double>"
-        ), path)
-
-
-class _LinearModelReader(MLReader):
-    def __init__(self, cls) -> None:
-        super().__init__()
-        self.cls = cls
-
-    def load(self, path: str) -> _LinearModel:
-        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
-        data = self.sparkSession.read.parquet(f"{path}/data").first()
-        shape = tuple(metadata["shape"])
-        model = self.cls(
-            np.asarray(data.coefficients, dtype=np.float64).reshape(shape),
-            np.asarray(data.intercepts, dtype=np.float64),
-            np.asarray(data.aux, dtype=np.float64),
-        )
-        model._resetUid(metadata["uid"])
-        DefaultParamsReader.getAndSetParams(model, metadata)
-        return model

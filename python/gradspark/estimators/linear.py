@@ -17,7 +17,9 @@ from pyspark.sql.types import DoubleType, StructField, StructType
 from gradspark.data.blocks import REAL
 from gradspark.data.gram import gram_sums, vector_width
 from gradspark.data.statistics import DataStatistics
-from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator
+from gradspark.estimators.base import LinearProblem, _SGDLinearEstimator
+from gradspark.estimators.model import _LinearModel
+from gradspark.fit.rules import check_params
 from gradspark.losses import HuberLoss, SquaredLoss
 from gradspark.optim.normal_equations import MAX_NUM_FEATURES, solve_normal_equations
 from gradspark.summaries import RegressionSummary, RegressionTrainingSummary, TrainingSummary
@@ -159,7 +161,7 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
     def _fit_normal_equations(self, dataset: DataFrame) -> "SGDLinearRegressionModel":
         """One aggregation of the weighted Gram matrix, then MLlib's WeightedLeastSquares
         on the driver (:mod:`gradspark.optim.normal_equations`)."""
-        self._validate_params()
+        check_params(self)
         weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else None
         sums = gram_sums(dataset, self.getFeaturesCol(), self.getLabelCol(), weight_col or None)
         if sums.num_features > MAX_NUM_FEATURES:

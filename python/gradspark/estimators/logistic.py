@@ -32,7 +32,8 @@ from scipy.special import expit, softmax
 from gradspark.data.blocks import BINARY, CLASS_INDEX
 from gradspark.data.statistics import DataStatistics
 from gradspark.data.validation import InvalidDataError
-from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator
+from gradspark.estimators.base import LinearProblem, _SGDLinearEstimator
+from gradspark.estimators.model import _LinearModel
 from gradspark.losses import BinaryLogisticLoss, MultinomialLogisticLoss
 from gradspark.persistence import to_matrix
 from gradspark.summaries import (

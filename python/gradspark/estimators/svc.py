@@ -14,7 +14,8 @@ from pyspark.sql.types import DoubleType, StructField, StructType
 
 from gradspark.data.blocks import BINARY
 from gradspark.data.statistics import DataStatistics
-from gradspark.estimators.base import LinearProblem, _LinearModel, _SGDLinearEstimator
+from gradspark.estimators.base import LinearProblem, _SGDLinearEstimator
+from gradspark.estimators.model import _LinearModel
 from gradspark.losses import HingeLoss
 from gradspark.summaries import BinaryClassificationSummary, BinaryClassificationTrainingSummary
 

@@ -3,8 +3,8 @@
 ``fit`` repartitions the data to ``numWorkers`` partitions and runs one
 barrier task per partition (``mapInArrow(..., barrier=True)``, so rows reach
 Python as Arrow batches). The tasks form a ``torch.distributed`` process
-group (:mod:`gradspark.trainer.barrier`) and train with the batch schedule
-of :mod:`gradspark.trainer.ddp`; rank 0's weights come back to the driver
+group (:mod:`gradspark.neural.process_group`) and train with the batch schedule
+of :mod:`gradspark.neural.ddp`; rank 0's weights come back to the driver
 as a :class:`TorchModel`, a real ``pyspark.ml.Model``.
 
 The barrier stage feeds a one-partition exchange, which makes it a shuffle
@@ -46,18 +46,18 @@ from gradspark.checkpoints.epochs import EpochCheckpoints, normalize_directory
 from gradspark.connect import context_of, ship
 from gradspark.data.columnar import features_as_array, features_matrix, training_columns
 from gradspark.data.validation import InvalidDataError
-from gradspark.faults import fault_plan
+from gradspark.testing.faults import fault_plan
 from gradspark.integrations.tensorboard import tensorboard_run, write_torch_curves
 from gradspark.params import HasCheckpoints, HasTensorboard, HasValidation, _one_of
 from gradspark.persistence import DataFrameWriter
-from gradspark.ps.endpoint import driver_endpoint
-from gradspark.ps.security import spark_encrypts
-from gradspark.ps import ParameterServer
+from gradspark.rpc.endpoint import driver_endpoint
+from gradspark.rpc.security import spark_encrypts
+from gradspark.rpc import ParameterServer
 from gradspark.report import LossCurve
-from gradspark.trainer.barrier import require_task_slots
-from gradspark.trainer.parallelism import STRATEGIES
-from gradspark.trainer.torch_progress import ProgressReports
-from gradspark.trainer.ddp import (
+from gradspark.stages.slots import require_task_slots
+from gradspark.neural.parallelism import STRATEGIES
+from gradspark.neural.progress import ProgressReports
+from gradspark.neural.ddp import (
     RESULT_SCHEMA,
     TorchTrainingError,
     TorchTrainSpec,
@@ -261,7 +261,7 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
     Features are a vector or numeric-array column, read as float32. With
     ``numWorkers`` ranks and the same ``seed`` and ``batchSize``, training
     takes the same optimizer steps as one process would on the same global
-    batches (see :mod:`gradspark.trainer.ddp`).
+    batches (see :mod:`gradspark.neural.ddp`).
     """
 
     def __init__(self, model_fn: Optional[Callable[[], Any]] = None,

@@ -41,12 +41,13 @@ from gradspark.data.blocks import Block
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, add_sums, split_map
 from gradspark.engine.touched import TouchedFeatures
-from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
-from gradspark.ps.endpoint import driver_endpoint
-from gradspark.ps.security import spark_encrypts
-from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
-from gradspark.ps.tasks import RddBlocks, resident_stage_lock, resident_task
+from gradspark.rpc.endpoint import driver_endpoint
+from gradspark.rpc.security import spark_encrypts
+from gradspark.rpc import ParameterClient, ParameterServer
+from gradspark.trainer.clock import StalenessClock
+from gradspark.stages.slots import resident_stage_lock
+from gradspark.stages.sources import RddBlocks, resident_task
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.progress import Progress
 from gradspark.trainer.staleness import StaleGradients
@@ -88,7 +89,7 @@ class _Running:
 
 
 class AsyncTraining:
-    """The parameter server's state and update rule (its :class:`~gradspark.ps.server.Handler`).
+    """The parameter server's state and update rule (its :class:`~gradspark.rpc.server.Handler`).
 
     Every method runs on a server connection thread and holds ``self.lock``.
     """
@@ -308,7 +309,7 @@ def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
     """A worker's loop: pull, compute the sums of a (sampled) pass, push; returns pushes.
 
     ``groups`` are the worker's blocks by input partition (see
-    :func:`gradspark.ps.tasks.by_partition`); each partition samples from
+    :func:`gradspark.stages.sources.by_partition`); each partition samples from
     ``(seed, step, partition)``, as in sync mode. The pushed sums are
     compressed with this worker's own error-feedback residual, in the
     optimizer's space when ``objective`` is given (lossy compression).
@@ -359,11 +360,10 @@ def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
 
 
 def worker_task(address, secret: bytes, objective: LinearObjective, max_iter: int,
-                compression: Compression, sparse_pull: bool = True):
+                compression: Compression, sparse_pull: bool = True, faults=None):
     """The function each long-running Spark task runs over its partitions' blocks."""
     loss, d, k = objective.loss, objective.num_features, objective.num_outputs
     fraction, seed = objective.mini_batch_fraction, objective.seed & 0xFFFFFFFF
-    faults = fault_plan()
     space = dataclasses.replace(objective, engine=None) if compression.lossy else None
 
     def loop(client, groups, attempt):
@@ -382,7 +382,7 @@ def train_async(
 ) -> TrainingResult:
     """Train with a parameter server in this (driver) process; see the module docs.
 
-    ``blocks``: an RDD of Blocks, or a source from :mod:`gradspark.ps.tasks`.
+    ``blocks``: an RDD of Blocks, or a source from :mod:`gradspark.stages.sources`.
     """
     if config.optimizer == "lbfgs":
         raise ValueError("mode='async' needs a first-order optimizer, not L-BFGS")
@@ -402,7 +402,8 @@ def train_async(
                                          encrypt=spark_encrypts(sc))
                 try:
                     run = worker_task(server.address, server.secret, objective,
-                                      config.max_iter, config.compression, config.sparse_pull)
+                                      config.max_iter, config.compression, config.sparse_pull,
+                                      config.faults)
                     reports = source.run(run, "async")
                     logger.info("async: %d workers finished (%s)", len(reports), reports)
                 finally:

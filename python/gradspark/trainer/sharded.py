@@ -1,8 +1,8 @@
 """Sharded parameter servers: the weights and optimizer state live in executor tasks.
 
 ``parameterServers=N`` splits the parameters by key range
-(:mod:`gradspark.ps.shards`) over N server shards, each a
-:class:`~gradspark.ps.server.ParameterServer` thread inside one of the
+(:mod:`gradspark.trainer.shards`) over N server shards, each a
+:class:`~gradspark.rpc.server.ParameterServer` thread inside one of the
 workers' tasks (round robin), so the model's memory, its updates and the
 weight/gradient traffic leave the driver. The driver keeps the
 :class:`Coordinator`: the SSP clock (a worker asks it before each step),
@@ -51,15 +51,15 @@ from gradspark.comm.compression import Encoded
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, split_map
 from gradspark.engine.touched import TouchedFeatures
-from gradspark.faults import fault_plan
 from gradspark.optim import learning_rate, make_first_order
-from gradspark.ps.endpoint import driver_endpoint
-from gradspark.ps.security import spark_encrypts
-from gradspark.ps import ParameterClient, ParameterServer, StalenessClock
-from gradspark.ps.shards import ShardLayout, join_states, pack_state, slice_state, unpack_state
-from gradspark.ps.tasks import RddBlocks, by_partition, resident_stage_lock
+from gradspark.rpc.endpoint import driver_endpoint
+from gradspark.rpc.security import spark_encrypts
+from gradspark.rpc import ParameterClient, ParameterServer
+from gradspark.trainer.clock import StalenessClock
+from gradspark.trainer.shards import ShardLayout, join_states, pack_state, slice_state, unpack_state
+from gradspark.stages.slots import require_task_slots, resident_stage_lock
+from gradspark.stages.sources import RddBlocks, by_partition
 from gradspark.trainer.asynchronous import AsyncConfig
-from gradspark.trainer.barrier import require_task_slots
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.progress import Progress
 from gradspark.trainer.sync import TrainingResult, check_finite
@@ -265,7 +265,7 @@ class ShardTraining:
 class Coordinator:
     """The driver's part: SSP clock, loss history, convergence, checkpoints, restarts.
 
-    Implements :class:`gradspark.ps.server.Handler` for ids ``0..W-1`` (workers)
+    Implements :class:`gradspark.rpc.server.Handler` for ids ``0..W-1`` (workers)
     and ``W..W+N-1`` (the shards' reporting connections). A pull by a worker
     is its permission for its next step (the WEIGHTS frame's version field
     carries the stage attempt); a pull by a shard returns its slice of the
@@ -553,7 +553,7 @@ def sharded_task(address, secret: bytes, objective: LinearObjective, layout: Sha
     loss, rules = objective.loss, [ShardRule.of(objective, layout, s)
                                    for s in range(layout.num_shards)]
     fraction, seed = objective.mini_batch_fraction, objective.seed & 0xFFFFFFFF
-    faults, timeout = fault_plan(), config.worker_timeout
+    faults, timeout = config.faults, config.worker_timeout
 
     def run(worker: int, tagged):
         from pyspark import BarrierTaskContext

@@ -36,6 +36,7 @@ class SyncConfig:
     nesterov: bool = False
     label: str = "gradspark"
     local_steps: int = 1  # > 1: local SGD on resident workers (gradspark.trainer.local_sgd)
+    faults: object = None  # test-only fault injection (gradspark.testing.faults)
 
 
 @dataclass

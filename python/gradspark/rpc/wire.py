@@ -23,7 +23,7 @@ be replayed, reordered or moved to another connection::
     both:  key = HMAC(secret, server nonce | client nonce); later frames use it
 
 When the CHALLENGE's flags say ``ENCRYPTED`` (the server follows Spark's own
-settings, :mod:`gradspark.ps.security`), every frame after HELLO is sealed
+settings, :mod:`gradspark.rpc.security`), every frame after HELLO is sealed
 instead of tagged: the payload is AES-256-GCM ciphertext under a key for its
 direction (HKDF of the session key), the nonce is the frame's sequence number
 and the header and context are the associated data; the 16-byte GCM tag

@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional, Tuple, Union
 import numpy as np
 
 from gradspark.comm.compression import Encoded
-from gradspark.ps.wire import (
+from gradspark.rpc.wire import (
     ENCRYPTED, FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, keep_alive, session_key,
 )
 

@@ -25,7 +25,7 @@ ENVIRONMENT_VARIABLE = "GRADSPARK_FAULTS"
 
 
 class InjectedFault(RuntimeError):
-    """Raised by a task on purpose (see :mod:`gradspark.faults`)."""
+    """Raised by a task on purpose (see :mod:`gradspark.testing.faults`)."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The stage runs for the whole fit, so its per-epoch losses used to reach the
 driver only with the result. Now rank 0 sends a REPORT frame over the
-parameter server's authenticated channel (:mod:`gradspark.ps`) every
+parameter server's authenticated channel (:mod:`gradspark.rpc`) every
 ``progressInterval`` steps and at every epoch end: its position, the loss,
 rows/s and the time left. The driver's :class:`ProgressReports` logs each
 one and draws a progress line on an interactive console.
@@ -22,7 +22,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from gradspark.ps.wire import ProtocolError
+from gradspark.rpc.wire import ProtocolError
 from gradspark.trainer.progress import Progress
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class Report:
 
 
 class ProgressReports:
-    """Driver side: a :class:`gradspark.ps.server.Handler` that takes rank 0's REPORTs.
+    """Driver side: a :class:`gradspark.rpc.server.Handler` that takes rank 0's REPORTs.
 
     Keeps every report (``reports``, with its arrival time) for the summary
     and tests.
@@ -125,7 +125,7 @@ class ProgressReporter:
         rate = self.rows / max(time.monotonic() - self.started, 1e-9)
         try:
             if self.client is None:
-                from gradspark.ps import ParameterClient
+                from gradspark.rpc import ParameterClient
 
                 self.client = ParameterClient(tuple(self.address), self.secret, 0, self.attempt,
                                               connect_timeout=5.0)

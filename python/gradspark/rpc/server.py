@@ -1,6 +1,6 @@
 """A parameter server inside the driver process: TCP, a thread per worker connection.
 
-The server only speaks the protocol (:mod:`gradspark.ps.wire`) and guards the
+The server only speaks the protocol (:mod:`gradspark.rpc.wire`) and guards the
 door; what a pull returns and what a push does is the ``handler``'s business
 (the async trainer). Anything that is not a well-formed, authenticated frame of
 the expected kind and size closes that one connection and is counted and
@@ -21,8 +21,8 @@ from typing import Dict, Optional, Protocol, Tuple
 import numpy as np
 
 from gradspark.comm.traffic import Traffic
-from gradspark.ps.security import warn_if_plaintext
-from gradspark.ps.wire import (
+from gradspark.rpc.security import warn_if_plaintext
+from gradspark.rpc.wire import (
     ENCRYPTED, FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, ProtocolError,
     keep_alive, session_key,
 )
@@ -93,9 +93,9 @@ class ParameterServer:
     """Serve ``handler`` to ``num_workers`` workers on ``host`` (a free port).
 
     ``secret`` (random per fit unless given) must be handed to the workers
-    through the task closure; see :class:`gradspark.ps.client.ParameterClient`.
+    through the task closure; see :class:`gradspark.rpc.client.ParameterClient`.
     ``encrypt``: seal every frame after the handshake (AES-GCM); the callers pass
-    :func:`gradspark.ps.security.spark_encrypts`, so our channels are encrypted
+    :func:`gradspark.rpc.security.spark_encrypts`, so our channels are encrypted
     whenever Spark's own RPC is.
     """
 

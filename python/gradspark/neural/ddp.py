@@ -73,7 +73,7 @@ class TorchTrainSpec:
     checkpoint_dir: Optional[str] = None
     checkpoint_interval: int = 1
     checkpoint_unit: str = "epoch"  # what checkpoint_interval counts: epochs or steps
-    strategy: str = "ddp"  # gradspark.trainer.parallelism
+    strategy: str = "ddp"  # gradspark.neural.parallelism
     checkpoint_format: str = "full"  # or "sharded" (gradspark.checkpoints.epochs)
     keep_checkpoints: int = 2
     fingerprint: Dict[str, Any] = field(default_factory=dict)
@@ -86,7 +86,7 @@ class TorchTrainSpec:
     fail_epoch: Optional[int] = None
     fail_batch: Optional[int] = None  # ... at this step of fail_epoch (None: at its start)
     fail_kill: bool = False  # SIGKILL the rank's process instead of raising
-    # Live progress (gradspark.trainer.torch_progress): rank 0 reports to this address
+    # Live progress (gradspark.neural.progress): rank 0 reports to this address
     # every progress_interval steps and at epoch ends (None: it does not report).
     progress_address: Optional[Tuple[str, int]] = None
     progress_secret: bytes = b""
@@ -217,10 +217,10 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
     """Train on this rank's partition; returns rank 0's state and the loss history. With
     held-out rows (``spec.validation_tol``), stops early and returns the best epoch's
     parameters. ``reporter`` (rank 0): a
-    :class:`gradspark.trainer.torch_progress.ProgressReporter`."""
+    :class:`gradspark.neural.progress.ProgressReporter`."""
     import torch
     import torch.distributed as dist
-    from gradspark.trainer.parallelism import parallelism
+    from gradspark.neural.parallelism import parallelism
 
     rank, world, device = group.rank, group.world_size, group.device
     total, width = layout.total, layout.width
@@ -409,7 +409,7 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
         from pyspark import BarrierTaskContext
 
         from gradspark.data.columnar import partition_arrays
-        from gradspark.trainer.barrier import process_group
+        from gradspark.neural.process_group import process_group
 
         context = BarrierTaskContext.get()
         # One task per core: torch's default (all cores) would oversubscribe them.
@@ -442,7 +442,7 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
             return
         reporter = None
         if rank == 0:
-            from gradspark.trainer.torch_progress import ProgressReporter
+            from gradspark.neural.progress import ProgressReporter
 
             reporter = ProgressReporter(spec.progress_address, spec.progress_secret,
                                         spec.progress_interval, context.attemptNumber())

@@ -3,7 +3,7 @@
 Every parameter-server channel (driver server, shards, tree relays, the torch
 progress channel) is authenticated: the per-fit secret travels to the tasks
 in their closure, over Spark's RPC, and every frame carries a tag under a
-session key derived from it (:mod:`gradspark.ps.wire`). Frames carry weights
+session key derived from it (:mod:`gradspark.rpc.wire`). Frames carry weights
 and gradients, data at least as sensitive as Spark's own block transfers, so
 they are encrypted exactly when Spark encrypts its RPC:
 

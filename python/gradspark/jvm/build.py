@@ -1,4 +1,4 @@
-"""Build the JVM gradient kernels jar without sbt: ``python -m gradspark.engine.kernels_build``.
+"""Build the JVM gradient kernels jar without sbt: ``python -m gradspark.jvm.build``.
 
 The Scala sources (``<repo>/scala/src/main/scala``) are compiled with the
 Scala compiler that pyspark ships (``scala.tools.nsc.Main`` in

@@ -12,32 +12,17 @@ depend on how partitions were grouped into workers.
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from pyspark import RDD
 
-from gradspark.data.blocks import Block
-from gradspark.ps.client import ParameterClient
+from gradspark.rpc.client import ParameterClient
+from gradspark.stages.slots import task_slots
+
+if TYPE_CHECKING:  # blocks are data's; a stage only carries them
+    from gradspark.data.blocks import Block
 
 logger = logging.getLogger(__name__)
-
-
-# One stage of long-running workers (resident or async) per SparkContext at a time:
-# two that each got some of the task slots would wait for each other's slots forever
-# (until workerTimeout).
-_stage_locks: Dict[int, threading.Lock] = {}
-_stage_locks_guard = threading.Lock()
-
-
-def resident_stage_lock(sc) -> threading.Lock:
-    with _stage_locks_guard:
-        return _stage_locks.setdefault(id(sc), threading.Lock())
-
-
-def resident_stage_running(sc) -> bool:
-    """Whether another fit of this SparkContext holds resident workers now."""
-    return resident_stage_lock(sc).locked()
 
 
 class RddBlocks:
@@ -70,7 +55,7 @@ class FrameBlocks:
 
     REPORT = "worker long, attempt long, answered long"
 
-    def __init__(self, frame, decode: Callable[[bytes], Block], context=None,
+    def __init__(self, frame, decode: Callable[[bytes], "Block"], context=None,
                  partitions: Optional[int] = None) -> None:
         self.frame = frame
         self.decode = decode
@@ -114,10 +99,6 @@ class FrameBlocks:
         return [tuple(row) for row in stage.collect()]
 
 
-def task_slots(sc) -> int:
-    return max(int(sc.defaultParallelism), 1)
-
-
 def worker_partitions(blocks: RDD, purpose: str, barrier: bool = False) -> RDD:
     """``(partition, block)`` pairs in at most one partition per task slot.
 
@@ -139,23 +120,23 @@ def worker_partitions(blocks: RDD, purpose: str, barrier: bool = False) -> RDD:
     return tagged
 
 
-def by_partition(tagged: Iterable[Tuple[int, Block]]) -> Dict[int, List[Block]]:
+def by_partition(tagged: Iterable[Tuple[int, "Block"]]) -> Dict[int, List["Block"]]:
     """A worker's blocks grouped by input partition (in partition order), kept in memory."""
-    groups: Dict[int, List[Block]] = {}
+    groups: Dict[int, List["Block"]] = {}
     for partition, block in tagged:
         groups.setdefault(partition, []).append(block)
     return dict(sorted(groups.items()))
 
 
 def resident_task(address, secret: bytes,
-                  loop: Callable[[ParameterClient, Dict[int, List[Block]], int], int]):
+                  loop: Callable[[ParameterClient, Dict[int, List["Block"]], int], int]):
     """A ``mapPartitionsWithIndex`` function: load the blocks once, connect, run ``loop``.
 
     ``loop(client, blocks_by_partition, attempt)`` returns the number of pushes;
     the task yields ``(worker, attempt, pushes)``.
     """
 
-    def run(worker: int, tagged: Iterator[Tuple[int, Block]]):
+    def run(worker: int, tagged: Iterator[Tuple[int, "Block"]]):
         from pyspark import TaskContext
 
         attempt = TaskContext.get().attemptNumber()

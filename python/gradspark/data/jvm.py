@@ -1,0 +1,149 @@
+"""Training blocks built, validated, cached and summarized by the JVM kernels.
+
+One Spark job of Scala code (``scala/src/main/scala/io/gradspark/kernels``)
+turns the input rows into cached blocks and their statistics; the blocks
+stay in the JVM, where :class:`gradspark.engine.jvm.JvmGradientEngine` sums
+gradients over them, and reach Python workers as Arrow batches when a
+long-running stage asks for them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import numpy as np
+from pyspark import StorageLevel
+
+from gradspark.data.blocks import BINARY, CLASS_INDEX
+from gradspark.data.codec import decode_block
+from gradspark.data.dataset import cached_bytes, trainable
+from gradspark.data.statistics import DataStatistics, Moments
+from gradspark.data.validation import check_schema, feature_vector_size, raising_data_errors
+from gradspark.jvm.loader import call_for_doubles, call_with_file, load_kernels
+from gradspark.stages.sources import FrameBlocks
+
+logger = logging.getLogger(__name__)
+
+_STATS_HEADER = 8
+
+
+def _statistics(flat: np.ndarray, d: int) -> Optional[DataStatistics]:
+    if len(flat) == 0:
+        return None
+    h = _STATS_HEADER
+    k = int(flat[6])
+    total = float(flat[1])
+    return DataStatistics(
+        count=int(flat[0]),
+        weight_sum=total,
+        weight_sq_sum=float(flat[2]),
+        features=Moments(total, flat[h:h + d].copy(), flat[h + d:h + 2 * d].copy()),
+        label=Moments(total, np.array([flat[4]]), np.array([flat[5]])),
+        label_max=float(flat[3]),
+        class_weights=flat[h + 2 * d:h + 2 * d + k].copy(),
+        stored_entries=float(flat[7]),
+    )
+
+
+class JvmTrainingData:
+    """Training blocks validated, cached and summarized by Scala code, for one fit.
+
+    Same interface and semantics as :class:`gradspark.data.dataset.TrainingData`:
+    one Spark job over the input (blockify + validate, cache ``MEMORY_AND_DISK``,
+    tree-aggregated statistics), an optional reliable RDD checkpoint of the
+    blocks, :meth:`release` (or the context manager) unpersists everything.
+    """
+
+    def __init__(
+        self,
+        df,
+        features_col: str,
+        label_col: str,
+        weight_col: Optional[str],
+        label_domain: str,
+        block_size: int,
+        aggregation_depth: int,
+        checkpoint_dir: Optional[str] = None,
+    ) -> None:
+        check_schema(df, features_col, label_col, weight_col)
+        self.num_features = feature_vector_size(df, features_col)
+        self.spark = df.sparkSession
+        self._python_blocks = None
+        self.label_domain = label_domain
+        self.aggregation_depth = aggregation_depth
+        entry = load_kernels(self.spark)
+        sc = self.spark.sparkContext
+        if checkpoint_dir and sc.getCheckpointDir() is None:
+            sc.setCheckpointDir(checkpoint_dir)
+            logger.info("SparkContext checkpoint directory set to %s", checkpoint_dir)
+        self.blocks = entry.blockify(
+            df._jdf, features_col, label_col, weight_col or "", label_domain,
+            self.num_features, int(block_size), bool(checkpoint_dir),
+        )
+        track_classes = label_domain in (BINARY, CLASS_INDEX)
+        try:
+            with raising_data_errors(features_col):
+                flat = call_for_doubles(self.blocks.statistics, track_classes,
+                                         int(aggregation_depth))
+        except BaseException:
+            self.release()
+            raise
+        self.statistics: DataStatistics = trainable(_statistics(flat, self.num_features),
+                                                    weight_col, self.release)
+        stats = self.statistics
+        logger.info(
+            "cached %d rows x %d features in %d partitions in the JVM (weight sum %g)",
+            stats.count, self.num_features, self.blocks.numPartitions(), stats.weight_sum,
+        )
+
+    def compact(self, active: np.ndarray) -> None:
+        """Keep only the ``active`` features (see :mod:`gradspark.data.compaction`)."""
+        self.blocks = call_with_file(np.asarray(active, dtype=np.int32), self.blocks.compact)
+        self.statistics = self.statistics.select(active)
+        self.num_features = len(active)
+
+    def block_frame(self):
+        """The cached blocks as a DataFrame of ``(partition, block)``: ``partition`` is the
+        blocks' partition index, ``block`` the encoding :func:`decode_block` reads.
+        Resident and async workers read it as Arrow batches, once per fit."""
+        from pyspark.sql import DataFrame
+        from pyspark.sql import functions as F
+
+        frame = DataFrame(self.blocks.binaryFrame(), self.spark)
+        return frame.select(F.spark_partition_id().alias("partition"), "block")
+
+    def python_blocks(self):
+        """The cached blocks as a pyspark RDD of :class:`Block`, for numpy job-per-step
+        passes: decoded once, cached, and unpersisted by :meth:`release`."""
+        if self._python_blocks is None:
+            from pyspark.sql import DataFrame
+
+            frame = DataFrame(self.blocks.binaryFrame(), self.spark)
+            self._python_blocks = frame.rdd.map(lambda row: decode_block(row[0]))
+            self._python_blocks.persist(StorageLevel.MEMORY_AND_DISK)
+            self._python_blocks.setName("gradspark python copy of the JVM blocks")
+        return self._python_blocks
+
+    def block_source(self):
+        """Where long-running workers read the blocks: Arrow batches of :meth:`block_frame`."""
+        return FrameBlocks(self.block_frame(), decode_block)
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.blocks.numPartitions())
+
+    def stored_bytes(self) -> float:
+        """Memory + disk size of the cached blocks, as Spark's storage info reports it."""
+        return cached_bytes(self.spark.sparkContext, int(self.blocks.rdd().id()))
+
+    def release(self) -> None:
+        if self._python_blocks is not None:
+            self._python_blocks.unpersist(blocking=False)
+        self.blocks.release()
+
+    def __enter__(self) -> "JvmTrainingData":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()

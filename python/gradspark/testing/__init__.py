@@ -1,0 +1,1 @@
+"""Test support shipped with the package: fault injection (:mod:`~gradspark.testing.faults`)."""
