@@ -12,7 +12,9 @@ from gradspark import SGDLogisticRegression
 from gradspark.data.blocks import Block
 from gradspark.engine.batch_sizing import BatchSizing, dequantize, quantize
 from gradspark.engine.python import grouped_sums
-from gradspark.engine.resident import GradientResponse, RoundCode
+from gradspark.engine.resident_workers import GradientResponse
+from gradspark.engine.rounds import RoundCode
+from gradspark.engine.worker_step import WorkerStep
 from gradspark.testing.faults import ENVIRONMENT_VARIABLE
 from gradspark.losses import BinaryLogisticLoss
 from gradspark.rpc import Weights
@@ -88,7 +90,7 @@ def _blocks(seed: int = 3, n: int = 400, d: int = 4):
 def test_a_worker_at_its_own_fraction_weights_its_sums_so_they_stay_unbiased():
     groups, d = _blocks()
     loss, f, seed = BinaryLogisticLoss(), 0.5, 11
-    respond = GradientResponse(loss, d, 1, f, seed)
+    respond = GradientResponse(WorkerStep(loss, d, 1, f, seed))
     state = np.concatenate([np.linspace(-0.5, 0.5, d), [0.1]])
     coef, offset = state[:d].reshape(d, 1), state[d:]
     own = quantize(0.125)

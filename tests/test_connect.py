@@ -21,7 +21,7 @@ from gradspark.data.blocks import BINARY, CLASS_INDEX, REAL
 from gradspark.data.dataset import TrainingData
 from gradspark.data.frames import FrameTrainingData
 from gradspark.data.validation import InvalidDataError
-from gradspark.engine.frames import FrameGradientEngine
+from gradspark.engine.frame_jobs import FrameGradientEngine
 from gradspark.engine.python import PythonGradientEngine
 from gradspark.losses import BinaryLogisticLoss
 

@@ -11,7 +11,8 @@ import pytest
 from conftest import gradspark_cached_rdds
 from gradspark import SGDLinearRegression, SGDLogisticRegression
 from gradspark.fit.plan import RESIDENT_BYTES_PER_WORKER, DataPlan, choose
-from gradspark.engine.resident import Tree, WorkersFailed
+from gradspark.engine.resident_workers import Tree
+from gradspark.engine.rounds import WorkersFailed
 from gradspark.testing.faults import ENVIRONMENT_VARIABLE
 from gradspark.rpc import running_servers
 

@@ -22,6 +22,7 @@ from gradspark.losses import SquaredLoss
 from gradspark.rpc import ParameterClient, ParameterServer, ProtocolError
 from gradspark.trainer.clock import StalenessClock
 from gradspark.rpc.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind, tag
+from gradspark.engine.worker_step import WorkerStep
 from gradspark.trainer.asynchronous import AsyncConfig, AsyncTraining, run_worker
 from gradspark.trainer.objective import LinearObjective
 
@@ -57,7 +58,8 @@ def start_workers(server, blocks, loss, d, max_iter, delays=None):
         try:
             with ParameterClient(server.address, server.secret, w) as client:
                 plan = None if not delays or w not in delays else _Sleep(delays[w])
-                results[w] = run_worker(client, {w: blocks[w]}, loss, d, 1, max_iter, faults=plan)
+                results[w] = run_worker(client, {w: blocks[w]},
+                                        WorkerStep(loss, d, 1, 1.0, 0, plan), max_iter)
         except Exception as exc:  # surfaced by the caller
             errors.append(exc)
 
@@ -356,7 +358,7 @@ def _tapped_fit(encrypt: bool):
             Wiretap(server.address) as tap:
         with ParameterClient(tap.address, server.secret, 0) as client:
             assert client.encrypted == encrypt
-            run_worker(client, {0: blocks[0]}, objective.loss, 3, 1, 60)
+            run_worker(client, {0: blocks[0]}, WorkerStep(objective.loss, 3, 1, 1.0, 0), 60)
     return training, bytes(tap.captured)
 
 

@@ -17,7 +17,7 @@ from gradspark.losses import BinaryLogisticLoss, HuberLoss, MultinomialLogisticL
 from gradspark.optim import make_first_order
 from gradspark.trainer.shards import ShardLayout, join_states, slice_state
 from gradspark.trainer.objective import LinearObjective
-from gradspark.trainer.sharded import ShardRule
+from gradspark.trainer.shard_server import ShardRule
 from job_support import run_job
 
 

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from gradspark import SGDLogisticRegression
 from gradspark.data.blocks import Block
 from gradspark.engine.python import grouped_sums
-from gradspark.engine.resident import GradientRounds
+from gradspark.engine.rounds import GradientRounds
 from gradspark.engine.touched import TouchedFeatures
 from gradspark.losses import BinaryLogisticLoss, MultinomialLogisticLoss
 from gradspark.rpc import ParameterClient, ParameterServer, ProtocolError

@@ -12,7 +12,7 @@ from pyspark.ml import Pipeline, PipelineModel  # noqa: E402
 from pyspark.ml.linalg import Vectors  # noqa: E402
 
 from gradspark import InvalidDataError, TorchEstimator, TorchModel, TorchTrainingError  # noqa: E402
-from gradspark.neural.ddp import global_batch_size, step_rows, steps_per_epoch  # noqa: E402
+from gradspark.neural.spec import global_batch_size, step_rows, steps_per_epoch  # noqa: E402
 from conftest import transform_stream  # noqa: E402
 from torch_support import (  # noqa: E402
     digits,

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from gradspark import TorchEstimator  # noqa: E402
 from gradspark.checkpoints.epochs import EpochCheckpoints  # noqa: E402
-from gradspark.checkpoints.sharded import load_shards, save_shards  # noqa: E402
+from gradspark.checkpoints.distributed import load_shards, save_shards  # noqa: E402
 from torch_support import digits, digits_mlp, state_arrays  # noqa: E402
 
 # digits_mlp: 64*32+32 + 32*10+10 float32 parameters, each with Adam's two moments

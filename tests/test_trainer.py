@@ -14,7 +14,7 @@ from gradspark.engine import PythonGradientEngine
 from gradspark.estimators.base import regularization_vectors
 from gradspark.losses import HuberLoss, MultinomialLogisticLoss
 from gradspark.trainer import LinearObjective
-from gradspark.trainer.progress import Progress
+from gradspark.integrations.progress import Progress
 
 
 def _objective(data, loss, k, fit_intercept, depth=2, fraction=1.0):

@@ -22,7 +22,7 @@ from gradspark.estimators import (
     TorchEstimator,
     TorchModel,
 )
-from gradspark.neural.ddp import TorchTrainingError
+from gradspark.neural.spec import TorchTrainingError
 
 __version__ = "0.1.0"
 

@@ -19,7 +19,7 @@ formats:
   killed task never leaves a half-written file under a checkpoint name;
 * ``<name>.dcp/`` (``"sharded"``): a directory of
   ``torch.distributed.checkpoint`` files, one per rank, each written by its
-  rank (:mod:`gradspark.checkpoints.sharded`), and ``state.pt`` with the rest,
+  rank (:mod:`gradspark.checkpoints.distributed`), and ``state.pt`` with the rest,
   which rank 0 writes last: a directory without it is a torn write, never
   resumed from and pruned with the old checkpoints.
 """
@@ -130,7 +130,7 @@ class EpochCheckpoints:
         ranks call it), then rank 0 the rest of ``state`` as the marker."""
         import torch.distributed as dist
 
-        from gradspark.checkpoints.sharded import save_shards
+        from gradspark.checkpoints.distributed import save_shards
 
         directory = self._path(_name((epoch, step), "dcp"))
         if rank == 0:  # a torn attempt's files, or the other format's
@@ -166,6 +166,6 @@ class EpochCheckpoints:
     def read_shards(self, state: Dict[str, Any], into: Dict[str, Any]) -> None:
         """Fill ``into`` (this rank's state dict) from the sharded checkpoint ``state``
         came from; every rank calls it."""
-        from gradspark.checkpoints.sharded import load_shards
+        from gradspark.checkpoints.distributed import load_shards
 
         load_shards(self.fs, state["shards"], into)

@@ -10,7 +10,7 @@ partition with that partition's column statistics. The result is persisted
 cache, so building it still runs one job over the input.
 
 Every consumer reads the blocks as Arrow batches of the frame: the
-job-per-step engine (:mod:`gradspark.engine.frames`) and the long-running
+job-per-step engine (:mod:`gradspark.engine.frame_jobs`) and the long-running
 stages (:class:`~gradspark.stages.sources.FrameBlocks`). It works on a classic
 session too (the tests compare the two there).
 """

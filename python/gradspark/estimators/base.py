@@ -350,13 +350,6 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
         column = self.getValidationIndicatorCol()
         if not column:
             return dataset, None
-        if self.getMode() == "async" or self.getParameterServers() or self.getLocalSteps() > 1:
-            raise ValueError("validationIndicatorCol needs sync mode with localSteps=1 "
-                             "(the validation loss is measured between steps)")
-        if self.getExecutionStrategy() == "resident":
-            raise ValueError("validationIndicatorCol runs a job per step (validation passes "
-                             "cannot run while resident workers hold the task slots); "
-                             "use executionStrategy='auto' or 'jobPerStep'")
         kinds = dict(dataset.dtypes)
         if column not in kinds:
             raise ValueError(f"validationIndicatorCol {column!r} not found; the DataFrame has "

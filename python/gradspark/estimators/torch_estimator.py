@@ -4,7 +4,7 @@
 barrier task per partition (``mapInArrow(..., barrier=True)``, so rows reach
 Python as Arrow batches). The tasks form a ``torch.distributed`` process
 group (:mod:`gradspark.neural.process_group`) and train with the batch schedule
-of :mod:`gradspark.neural.ddp`; rank 0's weights come back to the driver
+of :mod:`gradspark.neural.rank_loop`; rank 0's weights come back to the driver
 as a :class:`TorchModel`, a real ``pyspark.ml.Model``.
 
 The barrier stage feeds a one-partition exchange, which makes it a shuffle
@@ -15,196 +15,46 @@ resumes from the newest epoch checkpoint.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import dataclasses
 import re
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Optional
 
-import numpy as np
-import pandas as pd
-from pyspark import cloudpickle
-from pyspark.ml import Estimator, Model
-from pyspark.ml.functions import array_to_vector
-from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.param.shared import HasFeaturesCol, HasLabelCol, HasPredictionCol, HasSeed
-from pyspark.ml.param.shared import HasRawPredictionCol
+from pyspark.ml import Estimator
+from pyspark.ml.param import Params
 from pyspark.ml.util import (
-    DefaultParamsReader,
     MLReadable,
     MLReader,
     MLWritable,
     MLWriter,
 )
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 
 from gradspark.checkpoints.epochs import EpochCheckpoints, normalize_directory
-from gradspark.connect import context_of, ship
-from gradspark.data.columnar import features_as_array, features_matrix, training_columns
+from gradspark.connect import context_of
+from gradspark.data.columnar import training_columns
 from gradspark.data.validation import InvalidDataError
 from gradspark.testing.faults import fault_plan
 from gradspark.integrations.tensorboard import tensorboard_run, write_torch_curves
-from gradspark.params import HasCheckpoints, HasTensorboard, HasValidation, _one_of
-from gradspark.persistence import DataFrameWriter
 from gradspark.rpc.endpoint import driver_endpoint
 from gradspark.rpc.security import spark_encrypts
 from gradspark.rpc import ParameterServer
-from gradspark.report import LossCurve
 from gradspark.stages.slots import require_task_slots
-from gradspark.neural.parallelism import STRATEGIES
 from gradspark.neural.progress import ProgressReports
-from gradspark.neural.ddp import (
-    RESULT_SCHEMA,
-    TorchTrainingError,
-    TorchTrainSpec,
-    partition_trainer,
-)
+from gradspark.neural.rank_loop import partition_trainer
+from gradspark.neural.spec import RESULT_SCHEMA, TorchTrainingError, TorchTrainSpec
+from gradspark.estimators.torch_model import (CallablesReader, CallablesWriter, TorchModel,
+                                              TorchTrainingSummary)
+from gradspark.estimators.torch_params import TorchParams
 
 logger = logging.getLogger(__name__)
 
-LABEL_DTYPES = ("float32", "int64")
-CHECKPOINT_UNITS = ("epoch", "step")
-CHECKPOINT_FORMATS = ("auto", "full", "sharded")
 
 
-class TorchParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol,
-                  HasSeed, HasCheckpoints, HasValidation, HasTensorboard):
-    numWorkers: Param[int] = Param(
-        Params._dummy(), "numWorkers",
-        "number of barrier tasks (DDP ranks); the data is repartitioned to this many",
-        typeConverter=TypeConverters.toInt)
-    useGpu: Param[bool] = Param(
-        Params._dummy(), "useGpu",
-        "train with NCCL on the GPU Spark assigns each task (spark.task.resource.gpu.amount);"
-        " gloo on the CPU otherwise",
-        typeConverter=TypeConverters.toBoolean)
-    batchSize: Param[int] = Param(
-        Params._dummy(), "batchSize",
-        "global mini-batch size per optimizer step, split over the ranks",
-        typeConverter=TypeConverters.toInt)
-    epochs: Param[int] = Param(Params._dummy(), "epochs", "passes over the training data",
-                               typeConverter=TypeConverters.toInt)
-    learningRate: Param[float] = Param(
-        Params._dummy(), "learningRate",
-        "learning rate of the default optimizer (Adam); ignored with an optimizer_fn",
-        typeConverter=TypeConverters.toFloat)
-    labelDtype: Param[str] = Param(
-        Params._dummy(), "labelDtype",
-        "tensor type of the label: float32 (regression, BCE) or int64 (class indices, "
-        "e.g. for CrossEntropyLoss)",
-        typeConverter=_one_of("labelDtype", LABEL_DTYPES))
-    inferenceBatchSize: Param[int] = Param(
-        Params._dummy(), "inferenceBatchSize", "rows per forward pass in transform",
-        typeConverter=TypeConverters.toInt)
-    checkpointUnit: Param[str] = Param(
-        Params._dummy(), "checkpointUnit",
-        "what checkpointInterval counts: 'epoch' or 'step' (optimizer steps; a mid-epoch "
-        "checkpoint records each rank's position in its shuffled rows and its RNG state, so "
-        "a killed run resumes at the next unseen batch)",
-        typeConverter=_one_of("checkpointUnit", CHECKPOINT_UNITS))
-    strategy: Param[str] = Param(
-        Params._dummy(), "strategy",
-        "how the ranks hold the model: 'ddp' (replicated, gradients all-reduced) or 'fsdp' "
-        "(torch's fully-sharded data parallel: each rank holds 1/numWorkers of the "
-        "parameters, gradients and optimizer state)",
-        typeConverter=_one_of("strategy", STRATEGIES))
-    checkpointFormat: Param[str] = Param(
-        Params._dummy(), "checkpointFormat",
-        "how checkpoints are written: 'full' (rank 0 writes the whole state in one file), "
-        "'sharded' (torch.distributed.checkpoint: every rank writes its own shard, nothing "
-        "is gathered; the directory must be reachable from every executor) or 'auto' "
-        "(sharded with strategy='fsdp', full with 'ddp'); both load into any numWorkers",
-        typeConverter=_one_of("checkpointFormat", CHECKPOINT_FORMATS))
-    progressInterval: Param[int] = Param(
-        Params._dummy(), "progressInterval",
-        "rank 0 reports its loss, rows/s and the time left to the driver every this many "
-        "steps (and at every epoch end) while the stage runs; 0: at epoch ends only, -1: "
-        "never",
-        typeConverter=TypeConverters.toInt)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._setDefault(numWorkers=1, useGpu=False, batchSize=64, epochs=10,
-                         learningRate=1e-3, labelDtype="float32", inferenceBatchSize=1024,
-                         seed=0, checkpointDir="", checkpointInterval=1, keepCheckpoints=2,
-                         resume=True, checkpointUnit="epoch", progressInterval=50,
-                         strategy="ddp", checkpointFormat="auto", tensorboardDir="")
-
-    def getNumWorkers(self) -> int:
-        return self.getOrDefault(self.numWorkers)
-
-    def getUseGpu(self) -> bool:
-        return self.getOrDefault(self.useGpu)
-
-    def getBatchSize(self) -> int:
-        return self.getOrDefault(self.batchSize)
-
-    def getEpochs(self) -> int:
-        return self.getOrDefault(self.epochs)
-
-    def getLearningRate(self) -> float:
-        return self.getOrDefault(self.learningRate)
-
-    def getLabelDtype(self) -> str:
-        return self.getOrDefault(self.labelDtype)
-
-    def getInferenceBatchSize(self) -> int:
-        return self.getOrDefault(self.inferenceBatchSize)
-
-    def getCheckpointUnit(self) -> str:
-        return self.getOrDefault(self.checkpointUnit)
-
-    def getStrategy(self) -> str:
-        return self.getOrDefault(self.strategy)
-
-    def getCheckpointFormat(self) -> str:
-        return self.getOrDefault(self.checkpointFormat)
-
-    def _resolved_checkpoint_format(self) -> str:
-        """'full' or 'sharded': what ``checkpointFormat`` means for this ``strategy``."""
-        chosen = self.getCheckpointFormat()
-        if chosen == "auto":
-            return "sharded" if self.getStrategy() == "fsdp" else "full"
-        return chosen
-
-    def getProgressInterval(self) -> int:
-        return self.getOrDefault(self.progressInterval)
 
 
-@dataclass
-class TorchTrainingSummary(LossCurve):
-    """Per-epoch mean training loss over all rows, and how the run went;
-    ``saveLossPlot(path)`` draws it (matplotlib)."""
-
-    lossHistory: List[float]
-    epochs: int
-    stepsPerEpoch: int
-    numWorkers: int
-    numInstances: int
-    resumedFromEpoch: int
-    epochSeconds: List[float] = field(default_factory=list)
-    wallTime: float = 0.0
-    rankPids: List[int] = field(default_factory=list)  # one Python worker per rank
-    # validationIndicatorCol: held-out loss before training and after each epoch
-    validationHistory: List[float] = field(default_factory=list)
-    bestEpoch: Optional[int] = None  # the epoch whose parameters the model holds
-    resumedFromStep: int = 0  # steps into epoch resumedFromEpoch + 1 (mid-epoch checkpoint)
-    rowsPerEpoch: List[int] = field(default_factory=list)  # rows trained on, all ranks
-    progressReports: int = 0  # live reports that reached the driver during the stage
-    strategy: str = "ddp"
-    # What rank 0 held at the end (FSDP: its shards), in bytes
-    parameterBytesPerRank: int = 0
-    optimizerStateBytesPerRank: int = 0
-    checkpointFormat: Optional[str] = None  # "full" or "sharded"; None without checkpointDir
-    checkpointSeconds: List[float] = field(default_factory=list)  # each write, on rank 0
-
-    @property
-    def objectiveHistory(self) -> List[float]:
-        return self.lossHistory
 
 
 class DefaultAdam:
@@ -261,7 +111,7 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
     Features are a vector or numeric-array column, read as float32. With
     ``numWorkers`` ranks and the same ``seed`` and ``batchSize``, training
     takes the same optimizer steps as one process would on the same global
-    batches (see :mod:`gradspark.neural.ddp`).
+    batches (see :mod:`gradspark.neural.rank_loop`).
     """
 
     def __init__(self, model_fn: Optional[Callable[[], Any]] = None,
@@ -424,152 +274,21 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         return super().copy(extra)  # the *_fn attributes travel with copy.copy
 
     def write(self) -> MLWriter:
-        return _CallablesWriter(self, {"model_fn": self.model_fn, "loss_fn": self.loss_fn,
+        return CallablesWriter(self, {"model_fn": self.model_fn, "loss_fn": self.loss_fn,
                                        "optimizer_fn": self.optimizer_fn})
 
     @classmethod
     def read(cls) -> MLReader:
-        return _CallablesReader(cls)
+        return CallablesReader(cls)
 
 
-class TorchModel(Model, TorchParams, MLReadable, MLWritable):
-    """A trained module; ``transform`` appends its predictions.
-
-    One output per row: ``predictionCol`` is that value. Several outputs
-    (class scores): ``predictionCol`` is the argmax and ``rawPredictionCol``
-    (if not empty) the output vector, as MLlib classifiers do.
-    """
-
-    def __init__(self, model_fn: Optional[Callable[[], Any]] = None,
-                 state: bytes = b"", num_features: int = 0) -> None:
-        super().__init__()
-        self.model_fn, self.state, self.num_features = model_fn, state, num_features
-        self._summary: Optional[TorchTrainingSummary] = None
-
-    @property
-    def hasSummary(self) -> bool:
-        return self._summary is not None
-
-    @property
-    def summary(self) -> TorchTrainingSummary:
-        if self._summary is None:
-            raise RuntimeError("no training summary: this model was loaded, not fitted here")
-        return self._summary
-
-    def copy(self, extra=None) -> "TorchModel":
-        that = super().copy(extra)
-        that._summary = self._summary
-        return that
-
-    def module(self):
-        """The trained ``torch.nn.Module``, rebuilt on the driver (eval mode)."""
-        return _load_module(self.model_fn, self.state)
-
-    def _transform(self, dataset: DataFrame) -> DataFrame:
-        features = features_as_array(dataset, self.getFeaturesCol())
-        probe = self.module()
-        import torch
-
-        with torch.no_grad():
-            width = int(np.prod(probe(torch.zeros(1, self.num_features)).shape[1:]))
-        shipped = ship(dataset, (cloudpickle.dumps(self.model_fn), self.state))
-        predict = _predict_udf(shipped, self.getFeaturesCol(), self.getInferenceBatchSize(),
-                               width > 1)
-        packed = "__gradspark_torch"
-        out = dataset.withColumn(packed, predict(features))
-        if width > 1 and self.getRawPredictionCol():
-            out = out.withColumn(self.getRawPredictionCol(),
-                                 array_to_vector(F.col(f"{packed}.raw")))
-        if self.getPredictionCol():
-            out = out.withColumn(self.getPredictionCol(), F.col(f"{packed}.prediction"))
-        return out.drop(packed)
-
-    def write(self) -> MLWriter:
-        return _CallablesWriter(self, {"model_fn": self.model_fn}, state=self.state,
-                                extra={"numFeatures": self.num_features})
-
-    @classmethod
-    def read(cls) -> MLReader:
-        return _CallablesReader(cls)
 
 
-def _load_module(model_fn, state: bytes):
-    import torch
-
-    module = model_fn()
-    module.load_state_dict(torch.load(io.BytesIO(state), map_location="cpu", weights_only=True))
-    return module.eval()
 
 
-def _predict_udf(shipped, features_col: str, batch_rows: int, several_outputs: bool):
-    from pyspark.sql.functions import pandas_udf
-
-    # Iterator of batches: the module is rebuilt once per task, not per batch.
-    @pandas_udf("raw array<double>, prediction double")
-    def predict(series: Iterator[pd.Series]) -> Iterator[pd.DataFrame]:
-        import pyarrow as pa
-        import torch
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        if context is not None:  # one task per core: don't oversubscribe them
-            torch.set_num_threads(max(1, context.cpus()))
-        fn_bytes, state = shipped.value
-        module = _load_module(cloudpickle.loads(fn_bytes), state)
-        for batch in series:
-            valid = batch.notna().to_numpy()
-            raw = np.full(len(batch), None, dtype=object)
-            prediction = np.full(len(batch), np.nan)
-            if valid.any():
-                X = features_matrix(pa.array(batch[valid].tolist(), pa.list_(pa.float32())),
-                                    features_col)
-                outputs = []
-                with torch.no_grad():
-                    for start in range(0, len(X), batch_rows):
-                        chunk = torch.from_numpy(X[start:start + batch_rows])
-                        outputs.append(module(chunk).reshape(len(chunk), -1).double().numpy())
-                scores = np.concatenate(outputs)
-                for position, row in zip(np.flatnonzero(valid), scores):
-                    raw[position] = row
-                prediction[valid] = (scores.argmax(axis=1) if several_outputs
-                                     else scores[:, 0])
-            yield pd.DataFrame({"raw": raw, "prediction": prediction})
-
-    return predict
 
 
 # -- persistence: Params as metadata JSON, callables and weights as one Parquet row --
 
-class _CallablesWriter(DataFrameWriter):
-    def __init__(self, instance: Params, callables: Dict[str, Any], state: bytes = b"",
-                 extra: Optional[Dict[str, Any]] = None) -> None:
-        super().__init__()
-        self.instance, self.callables, self.state = instance, callables, state
-        self.extra = extra or {}
-
-    def saveImpl(self, path: str) -> None:
-        self.save_metadata(self.instance, path, extra=self.extra)
-        row = {name: cloudpickle.dumps(fn) for name, fn in self.callables.items()}
-        row["state"] = self.state
-        schema = ", ".join(f"{name} binary" for name in row)
-        self.save_data(self.sparkSession.createDataFrame([tuple(row.values())], schema), path)
 
 
-class _CallablesReader(MLReader):
-    def __init__(self, cls) -> None:
-        super().__init__()
-        self.cls = cls
-
-    def load(self, path: str):
-        spark = self.sparkSession or SparkSession.getActiveSession()
-        metadata = DefaultParamsReader.loadMetadata(path, spark)
-        data = spark.read.parquet(f"{path}/data").first().asDict()
-        fns = {k: cloudpickle.loads(v) for k, v in data.items() if k != "state"}
-        if self.cls is TorchModel:
-            instance = TorchModel(fns["model_fn"], bytes(data["state"]),
-                                  metadata["numFeatures"])
-        else:
-            instance = self.cls(**fns)
-        instance._resetUid(metadata["uid"])
-        DefaultParamsReader.getAndSetParams(instance, metadata)
-        return instance

@@ -16,7 +16,7 @@ import numpy as np
 
 from gradspark.comm.compression import Compression
 from gradspark.data.frames import FrameTrainingData
-from gradspark.engine.frames import FrameGradientEngine
+from gradspark.engine.frame_jobs import FrameGradientEngine
 from gradspark.engine.jvm import JvmGradientEngine
 from gradspark.engine.python import PythonGradientEngine
 from gradspark.engine.resident import ResidentGradientEngine
@@ -25,7 +25,7 @@ from gradspark.losses import Loss
 from gradspark.trainer import LinearObjective, TrainingResult, train_async, train_sync
 from gradspark.trainer.local_sgd import LocalSGDResponse, train_local_sgd
 from gradspark.trainer.sharded import train_sharded
-from gradspark.trainer.validation import EarlyStopping
+from gradspark.trainer.early_stopping import EarlyStopping
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,6 +62,15 @@ def _validate_communication(params: SGDParams) -> None:
 
 def check_params(params: SGDParams) -> None:
     """Raise ValueError on Param combinations that cannot train correctly."""
+    if params.getValidationIndicatorCol():
+        if params.getMode() == "async" or params.getParameterServers() \
+                or params.getLocalSteps() > 1:
+            raise ValueError("validationIndicatorCol needs sync mode with localSteps=1 "
+                             "(the validation loss is measured between steps)")
+        if params.getExecutionStrategy() == "resident":
+            raise ValueError("validationIndicatorCol runs a job per step (validation passes "
+                             "cannot run while resident workers hold the task slots); "
+                             "use executionStrategy='auto' or 'jobPerStep'")
     for param, value in params.extractParamMap().items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{param.name} must be a finite number, got {value}")

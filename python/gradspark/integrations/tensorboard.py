@@ -18,7 +18,7 @@ A local path (or ``file:``) is written in place; any other Hadoop file system
 checkpoints are written, when the fit ends.
 
 While a fit runs, :func:`current` is the run's writer (a context variable the
-trainers' :class:`~gradspark.trainer.progress.Progress` reads when it is made).
+trainers' :class:`~gradspark.integrations.progress.Progress` reads when it is made).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ gathered with ``torch.distributed.checkpoint.state_dict``, every rank taking
 part, onto rank 0's CPU), so it transforms without torch.distributed.
 Checkpoints hold either that full state (``checkpointFormat="full"``, one
 file rank 0 writes) or each rank's shards (``"sharded"``, the default under
-FSDP: :mod:`gradspark.checkpoints.sharded`); both resume on any number of
+FSDP: :mod:`gradspark.checkpoints.distributed`); both resume on any number of
 ranks.
 """
 

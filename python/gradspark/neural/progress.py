@@ -23,7 +23,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from gradspark.rpc.wire import ProtocolError
-from gradspark.trainer.progress import Progress
+from gradspark.integrations.progress import Progress
 
 logger = logging.getLogger(__name__)
 

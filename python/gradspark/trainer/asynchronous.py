@@ -30,44 +30,36 @@ import functools
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from gradspark.checkpoints import CheckpointWriteError, TrainingCheckpoints
-from gradspark.comm.compression import Compression
+from gradspark.comm.compression import Compression, Encoded
 from gradspark.data.blocks import Block
-from gradspark.engine.python import grouped_sums
-from gradspark.engine.sums import GradientSums, add_sums, split_map
-from gradspark.engine.touched import TouchedFeatures
+from gradspark.engine.sums import GradientSums, add_sums
+from gradspark.engine.worker_step import WorkerStep, scalars_of
 from gradspark.optim import learning_rate, make_first_order
+from gradspark.rpc import ParameterClient, ParameterServer
 from gradspark.rpc.endpoint import driver_endpoint
 from gradspark.rpc.security import spark_encrypts
-from gradspark.rpc import ParameterClient, ParameterServer
-from gradspark.trainer.clock import StalenessClock
 from gradspark.stages.slots import resident_stage_lock
 from gradspark.stages.sources import RddBlocks, resident_task
+from gradspark.trainer.clock import StalenessClock
 from gradspark.trainer.objective import LinearObjective
-from gradspark.trainer.progress import Progress
+from gradspark.integrations.progress import Progress
 from gradspark.trainer.staleness import StaleGradients
 from gradspark.trainer.sync import (
-    SyncConfig, TrainingResult, check_finite, first_order_update, small_step,
+    TrainingResult,
+    check_finite,
+    first_order_update,
+    small_step,
 )
+from gradspark.trainer.config import AsyncConfig
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class AsyncConfig(SyncConfig):
-    max_staleness: int = 2  # < 0: no bound
-    worker_timeout: float = 300.0
-    host: str = ""  # address the server binds; "" = spark.driver.host
-    compression: Compression = Compression()  # what workers do to their gradients
-    sparse_pull: bool = True  # pull/push only the features a step touches (sparse blocks)
-    stale_policy: str = "none"  # see gradspark.trainer.staleness
-    delay_compensation: float = 0.04
-    adaptive_compensation: bool = False
 
 
 class _Running:
@@ -301,18 +293,16 @@ class AsyncTraining:
                               self.converged, self.resumed_from, metrics)
 
 
-def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
-               num_features: int, num_outputs: int, max_iter: int, fraction: float = 1.0,
-               seed: int = 0, attempt: int = 0, faults=None,
-               compression: Compression = Compression(), objective=None,
+def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], step: WorkerStep,
+               max_iter: int, attempt: int = 0, compression: Compression = Compression(),
                sparse_pull: bool = True) -> int:
     """A worker's loop: pull, compute the sums of a (sampled) pass, push; returns pushes.
 
     ``groups`` are the worker's blocks by input partition (see
     :func:`gradspark.stages.sources.by_partition`); each partition samples from
-    ``(seed, step, partition)``, as in sync mode. The pushed sums are
-    compressed with this worker's own error-feedback residual, in the
-    optimizer's space when ``objective`` is given (lossy compression).
+    ``(seed, step, partition)``, as in sync mode (:class:`WorkerStep`). The
+    pushed sums are compressed with this worker's own error-feedback residual,
+    in the optimizer's space when ``step.objective`` is set (lossy compression).
 
     ``sparse_pull`` (sparse blocks): the worker samples its next step's rows
     before pulling and asks for the weights of the features they touch only
@@ -320,39 +310,25 @@ def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
     keys. Its next step is its clock, which the server may move (a rejoin
     after eviction): a reply for another clock is pulled again.
     """
-    worker, d, k = client.worker, num_features, num_outputs
+    worker = client.worker
     compress = compression.new()
-    touched = TouchedFeatures(groups, d, k, loss.num_aux) if sparse_pull else None
+    touched = step.touched(groups) if sparse_pull else None
     clock = client.start_clock
     pushes = 0
     while True:
-        batch = touched.batch(fraction, seed, clock) if touched is not None else None
+        batch = step.sample(touched, clock)
         weights = client.pull(None if batch is None else batch.keys)
         if weights.stop or weights.clock >= max_iter:
             break
         if batch is not None and weights.clock != clock:
             clock = weights.clock  # the server moved this worker's clock: sample that step
             continue
-        if faults is not None:
-            faults.before_batch(worker, weights.clock, attempt)
-        if batch is not None:
-            sums = batch.sums(loss, weights.vector, k)
-            scalars = (0.0, 0.0, 0) if sums is None else \
-                (sums.loss_sum, sums.weight_sum, sums.count)
-            message = batch.encode(sums) if objective is None else \
-                compress(objective.sums_to_theta_space(batch.encode(sums).decode()))
-        else:
-            coef, offset, aux = split_map(weights.vector, d, k)
-            sums = grouped_sums(groups, loss, coef, offset, aux, fraction, seed,
-                                weights.clock) or GradientSums.zeros(d, k, loss.num_aux)
-            scalars = (sums.loss_sum, sums.weight_sum, sums.count)
-            vector = sums.vector()
-            if objective is not None:
-                vector = objective.sums_to_theta_space(vector)
-            message = compress(vector)
-        if faults is not None:
-            faults.after_batch({worker}, weights.clock, scalars[2])
-        client.push(weights.clock, weights.version, *scalars, message)
+        step.before([worker], weights.clock, attempt)
+        sums = step.sums(groups, weights.vector, weights.clock, batch)
+        step.after([worker], weights.clock, sums)
+        encoded = step.encode(sums, batch)
+        message = encoded if isinstance(encoded, Encoded) else compress(encoded)
+        client.push(weights.clock, weights.version, *scalars_of(sums), message)
         pushes += 1
         clock = weights.clock + 1
     client.done()
@@ -362,13 +338,12 @@ def run_worker(client: ParameterClient, groups: Dict[int, List[Block]], loss,
 def worker_task(address, secret: bytes, objective: LinearObjective, max_iter: int,
                 compression: Compression, sparse_pull: bool = True, faults=None):
     """The function each long-running Spark task runs over its partitions' blocks."""
-    loss, d, k = objective.loss, objective.num_features, objective.num_outputs
-    fraction, seed = objective.mini_batch_fraction, objective.seed & 0xFFFFFFFF
     space = dataclasses.replace(objective, engine=None) if compression.lossy else None
+    step = WorkerStep(objective.loss, objective.num_features, objective.num_outputs,
+                      objective.mini_batch_fraction, objective.seed & 0xFFFFFFFF, faults, space)
 
     def loop(client, groups, attempt):
-        return run_worker(client, groups, loss, d, k, max_iter, fraction, seed, attempt, faults,
-                          compression, space, sparse_pull)
+        return run_worker(client, groups, step, max_iter, attempt, compression, sparse_pull)
 
     return resident_task(address, secret, loop)
 

@@ -36,11 +36,12 @@ from typing import Optional
 import numpy as np
 
 from gradspark.checkpoints import TrainingCheckpoints
-from gradspark.engine.python import grouped_sums
-from gradspark.engine.resident import Answer, ResidentGradientEngine
+from gradspark.engine.resident import ResidentGradientEngine
+from gradspark.engine.rounds import Answer, RoundCode
+from gradspark.engine.worker_step import WorkerStep
 from gradspark.optim import learning_rate, make_first_order
 from gradspark.trainer.objective import LinearObjective
-from gradspark.trainer.progress import Progress
+from gradspark.integrations.progress import Progress
 from gradspark.trainer.sync import SyncConfig, TrainingResult, check_finite, small_step
 
 
@@ -67,20 +68,25 @@ class LocalSGDResponse:
     def answer_size(self) -> int:
         return self.objective.size
 
-    def __call__(self, request, groups, attempt: int) -> Answer:
-        first, sampled = divmod(request.version, 2)
+    @property
+    def step(self) -> WorkerStep:
         objective = self.objective
+        return WorkerStep(objective.loss, objective.num_features, objective.num_outputs,
+                          objective.mini_batch_fraction, objective.seed & 0xFFFFFFFF,
+                          self.faults)
+
+    def __call__(self, request, groups, attempt: int) -> Answer:
+        code = RoundCode.decode(request.version)
+        first, sampled = code.step, code.sampled
+        objective, worker_step = self.objective, self.step
         fraction = objective.mini_batch_fraction if sampled else 1.0
         start = request.vector
         theta = start.copy()
         first_sums = None
         for step in range(first, min(first + self.local_steps, self.max_iter)):
-            if self.faults is not None:
-                for partition in groups:
-                    self.faults.before_batch(partition, step, attempt)
+            worker_step.before(groups, step, attempt)
             coef, offset, aux = objective.linear_map(theta)
-            sums = grouped_sums(groups, objective.loss, coef, offset, aux, fraction,
-                                objective.seed & 0xFFFFFFFF, step)
+            sums = worker_step.partial_sums(groups, coef, offset, aux, step, fraction)
             if step == first:
                 first_sums = sums
             _, grad = objective.smooth_from_sums(theta, sums)
@@ -112,13 +118,13 @@ def train_local_sgd(
         theta, step, converged = resumed.theta, resumed.step, resumed.converged
         state = resumed.optimizer_state or state
         history = list(resumed.history)
-    sampled = int(objective.mini_batch_fraction < 1.0)
+    sampled = objective.mini_batch_fraction < 1.0
     progress = Progress(config.max_iter, config.label)
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             while step < config.max_iter and not converged:
                 first, steps = step, min(k, config.max_iter - step)
-                answer = engine.exchange(theta, 2 * first + sampled)
+                answer = engine.exchange(theta, RoundCode(first, sampled).encode())
                 objective.evaluations += steps
                 rounds += 1
                 step += steps

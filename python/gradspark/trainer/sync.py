@@ -11,43 +11,22 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from gradspark.checkpoints import TrainingCheckpoints, TrainingState
 from gradspark.optim import learning_rate, make_first_order, minimize_lbfgs
 from gradspark.trainer.objective import LinearObjective
-from gradspark.trainer.progress import Progress
-from gradspark.trainer.validation import EarlyStopping
+from gradspark.integrations.progress import Progress
+from gradspark.trainer.early_stopping import EarlyStopping
+from gradspark.trainer.config import SyncConfig, TrainingResult
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class SyncConfig:
-    optimizer: str = "lbfgs"
-    max_iter: int = 100
-    tol: float = 1e-6
-    step_size: float = 0.1
-    schedule: str = "constant"
-    momentum: float = 0.0
-    nesterov: bool = False
-    label: str = "gradspark"
-    local_steps: int = 1  # > 1: local SGD on resident workers (gradspark.trainer.local_sgd)
-    faults: object = None  # test-only fault injection (gradspark.testing.faults)
 
 
-@dataclass
-class TrainingResult:
-    theta: np.ndarray
-    objective_history: List[float] = field(default_factory=list)
-    iterations: int = 0
-    converged: bool = False
-    resumed_from: Optional[int] = None  # checkpoint step the fit continued from
-    metrics: Dict[str, Any] = field(default_factory=dict)  # mode-specific (async: staleness, ...)
-    optimizer_state: Dict[str, np.ndarray] = field(default_factory=dict)  # first-order, at the end
 
 
 def train_sync(

@@ -38,129 +38,49 @@ import math
 import os
 import signal
 import time
-import traceback
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 
 from gradspark.checkpoints.epochs import EpochCheckpoints
 from gradspark.data.validation import InvalidDataError
+from gradspark.neural.spec import (DataLayout, TorchTrainSpec, TorchTrainingError, agree_on_layout,
+                                   check_partition, global_batch_size, label_tensor, step_rows,
+                                   steps_per_epoch, user_call)
 
 logger = logging.getLogger(__name__)
 
-RESULT_SCHEMA = "rank int, state binary, history array<double>, info string"
 
 
-class TorchTrainingError(RuntimeError):
-    """A user function or the training loop failed on an executor."""
 
 
-@dataclass(frozen=True)
-class TorchTrainSpec:
-    """Everything a rank needs; travels to the executors in the task closure."""
-
-    model_fn: Callable[[], Any]
-    loss_fn: Callable[[Any, Any], Any]
-    optimizer_fn: Callable[[Any], Any]
-    features_col: str
-    label_col: str
-    label_dtype: str
-    batch_size: int
-    epochs: int
-    seed: int
-    use_gpu: bool
-    checkpoint_dir: Optional[str] = None
-    checkpoint_interval: int = 1
-    checkpoint_unit: str = "epoch"  # what checkpoint_interval counts: epochs or steps
-    strategy: str = "ddp"  # gradspark.neural.parallelism
-    checkpoint_format: str = "full"  # or "sharded" (gradspark.checkpoints.epochs)
-    keep_checkpoints: int = 2
-    fingerprint: Dict[str, Any] = field(default_factory=dict)
-    # validationIndicatorCol: held-out rows' loss after every epoch, MLlib's GBT stopping
-    # rule with this tolerance (None: no validation)
-    validation_tol: Optional[float] = None
-    # Test-only fault plan: rank ``fail_rank`` raises on reaching ``fail_epoch``
-    # in an attempt that started from scratch (so a resumed retry passes).
-    fail_rank: Optional[int] = None
-    fail_epoch: Optional[int] = None
-    fail_batch: Optional[int] = None  # ... at this step of fail_epoch (None: at its start)
-    fail_kill: bool = False  # SIGKILL the rank's process instead of raising
-    # Live progress (gradspark.neural.progress): rank 0 reports to this address
-    # every progress_interval steps and at epoch ends (None: it does not report).
-    progress_address: Optional[Tuple[str, int]] = None
-    progress_secret: bytes = b""
-    progress_interval: int = 0
 
 
-def steps_per_epoch(total_rows: int, batch_size: int) -> int:
-    return max(1, math.ceil(total_rows / batch_size))
 
 
-def step_rows(order: np.ndarray, offset: int, steps: int, step: int) -> np.ndarray:
-    """Rows of this rank (in shuffled ``order``) that go to ``step``."""
-    return order[(step - offset) % steps::steps]
 
 
-def global_batch_size(total_rows: int, steps: int, step: int) -> int:
-    return total_rows // steps + (1 if step < total_rows % steps else 0)
 
 
-def _user_call(what: str, fn: Callable, *args):
-    try:
-        return fn(*args)
-    except Exception as error:
-        raise TorchTrainingError(f"{what} raised {type(error).__name__}: {error}\n"
-                                 f"{traceback.format_exc()}") from error
 
 
-def _label_tensor(torch, y: np.ndarray, spec: TorchTrainSpec, device):
-    dtype = np.int64 if spec.label_dtype == "int64" else np.float32
-    return torch.as_tensor(y.astype(dtype), device=device)
 
 
-@dataclass(frozen=True)
-class DataLayout:
-    """Row counts of every rank and the feature width, agreed before training."""
-
-    sizes: List[int]
-    width: int
-
-    @property
-    def total(self) -> int:
-        return sum(self.sizes)
 
 
-def check_partition(X: np.ndarray, y: np.ndarray, spec: TorchTrainSpec) -> None:
-    if spec.label_dtype == "int64" and not np.array_equal(y, np.round(y)):
-        raise InvalidDataError(f"labelDtype='int64' but label column {spec.label_col!r} has "
-                               f"non-integral values")
 
 
-def agree_on_layout(reports: List[Dict[str, Any]], features_col: str) -> DataLayout:
-    """The layout from every rank's report; InvalidDataError if the data cannot train."""
-    problems = [r["error"] for r in reports if r.get("error")]
-    if problems:
-        raise InvalidDataError(problems[0])
-    total = sum(r["rows"] for r in reports)
-    if total == 0:
-        raise InvalidDataError("the training DataFrame is empty")
-    widths = sorted({r["width"] for r in reports if r["rows"]})
-    if len(widths) != 1:
-        raise InvalidDataError(f"features column {features_col!r} has vectors of different "
-                               f"sizes on different partitions: {widths}")
-    return DataLayout([r["rows"] for r in reports], widths[0])
 
 
 def _batch_loss(spec, model, X, y):
-    output = _user_call("model forward", model, X)
+    output = user_call("model forward", model, X)
     target = y
     # A (n, 1) output and an (n,) float label would broadcast to (n, n) in
     # MSELoss/BCELoss: shape the label like the output when the sizes agree.
     if target.is_floating_point() and output.shape != target.shape \
             and output.numel() == target.numel():
         target = target.reshape(output.shape)
-    return _user_call("loss_fn", spec.loss_fn, output, target)
+    return user_call("loss_fn", spec.loss_fn, output, target)
 
 
 def rehearse(spec: TorchTrainSpec, X: np.ndarray, y: np.ndarray, width: int) -> Optional[str]:
@@ -176,9 +96,9 @@ def rehearse(spec: TorchTrainSpec, X: np.ndarray, y: np.ndarray, width: int) -> 
     try:
         rows = min(len(X), 8)
         features = torch.as_tensor(X[:rows] if rows else np.zeros((1, width), np.float32))
-        labels = _label_tensor(torch, y[:rows] if rows else np.zeros(1), spec, "cpu")
-        module = _user_call("model_fn", spec.model_fn)
-        optimizer = _user_call("optimizer_fn", spec.optimizer_fn, module.parameters())
+        labels = label_tensor(torch, y[:rows] if rows else np.zeros(1), spec, "cpu")
+        module = user_call("model_fn", spec.model_fn)
+        optimizer = user_call("optimizer_fn", spec.optimizer_fn, module.parameters())
         _batch_loss(spec, module, features, labels).backward()
         optimizer.zero_grad(set_to_none=True)
         return None
@@ -202,7 +122,7 @@ def validation_loss(spec: TorchTrainSpec, module, features, labels, device) -> f
             chunk = slice(index * spec.batch_size, (index + 1) * spec.batch_size)
             rows = len(features[chunk])
             if not rows:
-                _user_call("model forward", module, features[chunk])
+                user_call("model forward", module, features[chunk])
                 continue
             loss = _batch_loss(spec, module, features[chunk], labels[chunk])
             totals[0] += loss.to(torch.float64) * rows
@@ -229,13 +149,13 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
     steps = steps_per_epoch(total, spec.batch_size)
 
     features = torch.as_tensor(X if len(X) else np.zeros((1, width), np.float32), device=device)
-    labels = _label_tensor(torch, y if len(y) else np.zeros(1), spec, device)
+    labels = label_tensor(torch, y if len(y) else np.zeros(1), spec, device)
 
     torch.manual_seed(spec.seed)
-    module = _user_call("model_fn", spec.model_fn).to(device)
+    module = user_call("model_fn", spec.model_fn).to(device)
     strategy = parallelism(spec.strategy)
     model = strategy.wrap(module, device, spec.use_gpu, world)
-    optimizer = _user_call("optimizer_fn", spec.optimizer_fn, model.parameters())
+    optimizer = user_call("optimizer_fn", spec.optimizer_fn, model.parameters())
 
     store = (EpochCheckpoints(spec.checkpoint_dir, spec.keep_checkpoints)
              if spec.checkpoint_dir else None)
@@ -252,7 +172,7 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
     validation = {"history": [], "best_loss": math.inf, "best_epoch": 0, "best_state": None}
     if validating:
         held_features = torch.as_tensor(X_held, device=device)
-        held_labels = _label_tensor(torch, y_held, spec, device)
+        held_labels = label_tensor(torch, y_held, spec, device)
     if state is not None:
         if state["fingerprint"] != fingerprint:
             raise TorchTrainingError(
@@ -282,7 +202,7 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
 
     def validate(epochs_done: int) -> bool:
         """Record the held-out loss; True: stop (MLlib's GBT rule, see
-        gradspark.trainer.validation)."""
+        gradspark.trainer.early_stopping)."""
         loss = validation_loss(spec, module, held_features, held_labels, device)
         validation["history"].append(loss)
         stop = validation["best_loss"] - loss < spec.validation_tol * max(loss, 0.01)

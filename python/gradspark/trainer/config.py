@@ -1,0 +1,48 @@
+"""What a trainer is told (:class:`SyncConfig`, :class:`AsyncConfig`) and what it returns
+(:class:`TrainingResult`); built by the fit plan (:func:`gradspark.fit.plan.trainer_config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from gradspark.comm.compression import Compression
+
+
+@dataclass
+class SyncConfig:
+    optimizer: str = "lbfgs"
+    max_iter: int = 100
+    tol: float = 1e-6
+    step_size: float = 0.1
+    schedule: str = "constant"
+    momentum: float = 0.0
+    nesterov: bool = False
+    label: str = "gradspark"
+    local_steps: int = 1  # > 1: local SGD on resident workers (gradspark.trainer.local_sgd)
+    faults: object = None  # test-only fault injection (gradspark.testing.faults)
+
+
+@dataclass
+class TrainingResult:
+    theta: np.ndarray
+    objective_history: List[float] = field(default_factory=list)
+    iterations: int = 0
+    converged: bool = False
+    resumed_from: Optional[int] = None  # checkpoint step the fit continued from
+    metrics: Dict[str, Any] = field(default_factory=dict)  # mode-specific (async: staleness, ...)
+    optimizer_state: Dict[str, np.ndarray] = field(default_factory=dict)  # first-order, at the end
+
+
+@dataclass
+class AsyncConfig(SyncConfig):
+    max_staleness: int = 2  # < 0: no bound
+    worker_timeout: float = 300.0
+    host: str = ""  # address the server binds; "" = spark.driver.host
+    compression: Compression = Compression()  # what workers do to their gradients
+    sparse_pull: bool = True  # pull/push only the features a step touches (sparse blocks)
+    stale_policy: str = "none"  # see gradspark.trainer.staleness
+    delay_compensation: float = 0.04
+    adaptive_compensation: bool = False
