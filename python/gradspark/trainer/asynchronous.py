@@ -56,6 +56,7 @@ from gradspark.trainer.sync import (
     small_step,
 )
 from gradspark.trainer.config import AsyncConfig
+from gradspark.trainer.step_book import StepBook
 
 logger = logging.getLogger(__name__)
 
@@ -94,16 +95,9 @@ class AsyncTraining:
         self.checkpoints = checkpoints
         self.progress = progress or Progress(config.max_iter, config.label)
         self.optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
-        self.theta = np.array(theta, dtype=np.float64)
-        self.state = self.optimizer.init(self.theta)
-        self.history = []
-        self.converged = False
-        start = 0
-        if resumed is not None:
-            self.theta, start, self.converged = resumed.theta, resumed.step, resumed.converged
-            self.state = resumed.optimizer_state or self.state
-            self.history = list(resumed.history)
-        self.resumed_from = None if resumed is None else start
+        book = StepBook.open(self.optimizer, theta, resumed)
+        self.theta, self.state, self.history = book.theta, book.state, book.history
+        self.converged, self.resumed_from, start = book.converged, book.resumed_from, book.step
         self.bulk_synchronous = config.max_staleness == 0
         self.clock = StalenessClock(num_workers, config.max_staleness, config.worker_timeout,
                                     start)

@@ -43,6 +43,7 @@ from gradspark.optim import learning_rate, make_first_order
 from gradspark.trainer.objective import LinearObjective
 from gradspark.integrations.progress import Progress
 from gradspark.trainer.sync import SyncConfig, TrainingResult, check_finite, small_step
+from gradspark.trainer.step_book import StepBook
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,13 +112,9 @@ def train_local_sgd(
     """
     k = config.local_steps
     optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
-    theta, state = np.array(theta0, dtype=np.float64), optimizer.init(theta0)
-    history, step, converged, rounds = [], 0, False, 0
-    resumed = checkpoints.resume_state() if checkpoints else None
-    if resumed is not None:
-        theta, step, converged = resumed.theta, resumed.step, resumed.converged
-        state = resumed.optimizer_state or state
-        history = list(resumed.history)
+    book = StepBook.open(optimizer, theta0, checkpoints.resume_state() if checkpoints else None)
+    theta, state, step, converged = book.theta, book.state, book.step, book.converged
+    history, rounds = book.history, 0
     sampled = objective.mini_batch_fraction < 1.0
     progress = Progress(config.max_iter, config.label)
     try:
@@ -149,8 +146,7 @@ def train_local_sgd(
                     checkpoints.save(step, theta, state, history, converged)
     finally:
         progress.close()
-    result = TrainingResult(theta, history, step, converged,
-                            None if resumed is None else resumed.step,
-                            {"localSteps": k, "averagingRounds": rounds})
+    book.close_step(step, theta, state, converged)
+    result = book.result({"localSteps": k, "averagingRounds": rounds})
     check_finite(result, config)
     return result

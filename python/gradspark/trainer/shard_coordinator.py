@@ -37,6 +37,7 @@ from gradspark.trainer.shards import (
     unpack_state,
 )
 from gradspark.trainer.sync import TrainingResult
+from gradspark.trainer.step_book import StepBook
 
 logger = logging.getLogger(__name__)
 
@@ -60,15 +61,10 @@ class Coordinator:
         self.progress = progress or Progress(config.max_iter, config.label)
         self.optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
         self.bulk_synchronous = config.max_staleness == 0
-        theta = np.array(theta, dtype=np.float64)
-        self.state_template = self.optimizer.init(theta)
-        start, state, history, converged = 0, self.state_template, [], False
-        if resumed is not None:
-            theta, start, converged = resumed.theta, resumed.step, resumed.converged
-            state = resumed.optimizer_state or state
-            history = list(resumed.history)
-        self.resumed_from = None if resumed is None else start
-        self.restore = (start, theta, state, history, converged)
+        book = StepBook.open(self.optimizer, theta, resumed)
+        self.state_template = self.optimizer.init(np.array(theta, dtype=np.float64))
+        self.resumed_from = book.resumed_from
+        self.restore = (book.step, book.theta, book.state, book.history, book.converged)
         self.vector_size = 8 + max(
             pack_state(np.zeros(hi - lo), self.optimizer.init(np.zeros(hi - lo))).size
             for lo, hi in map(layout.theta_range, range(self.num_shards)))

@@ -21,6 +21,7 @@ from gradspark.trainer.objective import LinearObjective
 from gradspark.integrations.progress import Progress
 from gradspark.trainer.early_stopping import EarlyStopping
 from gradspark.trainer.config import SyncConfig, TrainingResult
+from gradspark.trainer.step_book import StepBook
 
 logger = logging.getLogger(__name__)
 
@@ -200,31 +201,25 @@ def _lbfgs(objective, theta0, config, progress, checkpoints, resumed,
 def _first_order(objective, theta, config, progress, checkpoints, resumed,
                  early_stopping=None) -> TrainingResult:
     optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
-    state = optimizer.init(theta)
-    history: List[float] = []
-    start, converged = 0, False
-    if resumed is not None:
-        theta, start, converged = resumed.theta, resumed.step, resumed.converged
-        state = resumed.optimizer_state or state
-        history = list(resumed.history)
-    done = start
+    book = StepBook.open(optimizer, theta, resumed)
+    start = book.step
     if early_stopping is not None:
-        early_stopping(start, theta)
-    for step in range(start, start if converged else config.max_iter):
-        done = step + 1
+        early_stopping(start, book.theta)
+    for step in range(start, start if book.converged else config.max_iter):
+        done, theta = step + 1, book.theta
         value, grad = objective.smooth(theta, step)
         loss = value + objective.l1_penalty(theta)
-        history.append(loss)
+        book.history.append(loss)
         progress.update(step + 1, loss)
         if not math.isfinite(loss):
+            book.step = done
             break
         lr = learning_rate(config.schedule, config.step_size, step, config.max_iter)
-        new_theta, state = first_order_update(objective, optimizer, theta, grad, state, lr)
+        new_theta, state = first_order_update(objective, optimizer, theta, grad, book.state, lr)
         converged = small_step(theta, new_theta, config.tol)
-        theta = new_theta
-        if checkpoints and (converged or checkpoints.due(done) or done == config.max_iter):
-            checkpoints.save(done, theta, state, history, converged)
-        if converged or (early_stopping is not None and early_stopping(done, theta)):
+        book.close_step(done, new_theta, state, converged, checkpoints,
+                        converged or (checkpoints and checkpoints.due(done))
+                        or done == config.max_iter)
+        if converged or (early_stopping is not None and early_stopping(done, new_theta)):
             break
-    return TrainingResult(theta, history, done, converged, None if resumed is None else start,
-                          optimizer_state=dict(state))
+    return book.result(with_state=True)
