@@ -200,7 +200,7 @@ def step_times(engine, cols: int, steps: int) -> List[float]:
 def engine_steps(df, cols: int, steps: int, strategies: Sequence[str]) -> Dict[str, dict]:
     """Per-step medians of each strategy, plus each data path's one-pass setup time."""
     from gradspark.data.blocks import BINARY
-    from gradspark.data.dataset import TrainingData
+    from gradspark.data.dataset import NumpyTrainingData
     from gradspark.engine import PythonGradientEngine
     from gradspark.data.jvm import JvmTrainingData
     from gradspark.engine.jvm import JvmGradientEngine
@@ -216,7 +216,7 @@ def engine_steps(df, cols: int, steps: int, strategies: Sequence[str]) -> Dict[s
         for name in strategies:
             if name == "python jobPerStep":
                 t0 = time.perf_counter()
-                data = stack.enter_context(TrainingData(df, FEATURES, LABEL, None, BINARY,
+                data = stack.enter_context(NumpyTrainingData(df, FEATURES, LABEL, None, BINARY,
                                                         4096, 2))
                 out["setup python blockify"] = {"median_s": time.perf_counter() - t0}
                 engine = PythonGradientEngine(data.blocks, loss, 2)
@@ -224,7 +224,7 @@ def engine_steps(df, cols: int, steps: int, strategies: Sequence[str]) -> Dict[s
                 engine = JvmGradientEngine(jvm_data, loss, 2)
             else:
                 engine = stack.enter_context(ResidentGradientEngine(
-                    jvm_data.python_blocks(), loss, cols, 1, host="127.0.0.1"))
+                    jvm_data.block_source(), loss, cols, 1, host="127.0.0.1"))
             times = step_times(engine, cols, steps)
             out[name] = {"median_s": median(times), "samples_s": times}
             print(f"  {name:<22} {median(times):8.4f} s/step", flush=True)

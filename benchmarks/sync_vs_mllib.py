@@ -12,7 +12,7 @@ train from. The figures:
   standardization pass). The intercept of that line,
   ``t_small - iters_small * per_iteration``, is reported as the fixed cost per fit.
 * **gradspark engine step** -- gradspark's internals are driven directly:
-  ``TrainingData`` (one pass: validate, blockify, cache, statistics; timed
+  ``NumpyTrainingData`` (one pass: validate, blockify, cache, statistics; timed
   on its own as "setup"), then ``PythonGradientEngine.gradient_sums`` --
   one broadcast of the weights plus one ``treeAggregate`` of the gradient
   sums over all rows -- followed by a plain gradient-descent update on the
@@ -306,7 +306,7 @@ def gradspark_fit(df, block_size: int, aggregation_depth: int) -> FitFn:
 
 @dataclass
 class EngineResult:
-    setup_s: float  # TrainingData: validate + blockify + cache + statistics
+    setup_s: float  # NumpyTrainingData: validate + blockify + cache + statistics
     per_step_s: float  # median
     step_samples_s: List[float]
     read_only_pass_s: float  # median pass that only reads (unpickles) the cached blocks
@@ -342,12 +342,12 @@ def time_engine_steps(
 ) -> EngineResult:
     """Time full-batch gradient-descent steps on gradspark's engine, one at a time."""
     from gradspark.data.blocks import BINARY
-    from gradspark.data.dataset import TrainingData
+    from gradspark.data.dataset import NumpyTrainingData
     from gradspark.engine import PythonGradientEngine
     from gradspark.losses import BinaryLogisticLoss
 
     start = time.perf_counter()
-    data = TrainingData(df, FEATURES, LABEL, None, BINARY, block_size=block_size,
+    data = NumpyTrainingData(df, FEATURES, LABEL, None, BINARY, block_size=block_size,
                         aggregation_depth=aggregation_depth)
     setup = time.perf_counter() - start
     print(f"[gradspark engine] setup (TrainingData) {setup:.2f}s", flush=True)
@@ -432,7 +432,7 @@ def report(
         rule,
         "setup (once)",
         f"  {'generate + cache DataFrame':<40}{fmt_seconds(data_s)}",
-        f"  {'gradspark TrainingData (one pass)':<40}{fmt_seconds(engine.setup_s)}",
+        f"  {'gradspark NumpyTrainingData (one pass)':<40}{fmt_seconds(engine.setup_s)}",
         f"  {'MLlib fixed cost per fit':<40}{fmt_seconds(mllib.fixed_cost_s)}",
         f"  {'gradspark estimator fixed cost per fit':<40}{fmt_seconds(estimator.fixed_cost_s)}",
         f"{'per iteration (median)':<42}{'seconds':>12}  {'gs/MLlib':>8}  range of samples",

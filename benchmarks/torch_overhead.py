@@ -144,7 +144,7 @@ def main() -> None:
     spark_runs = run_spark(args.rows, args.epochs, args.strategies)
     print(f"{args.rows} x {FEATURES}, MLP 64-128-10, Adam, global batch {BATCH}, "
           f"{args.epochs} epochs, medians; single process (1 thread): {single:.3f} s/epoch")
-    print(f"| strategy | run | epoch s | whole run s | overhead s |")
+    print("| strategy | run | epoch s | whole run s | overhead s |")
     print("| --- | --- | --- | --- | --- |")
     for strategy in args.strategies:
         context = mp.get_context("spawn")

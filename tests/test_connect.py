@@ -18,7 +18,7 @@ from job_support import logistic_frame, run_job
 from gradspark import SGDLogisticRegression
 from gradspark.connect import ConnectContext, is_connect
 from gradspark.data.blocks import BINARY, CLASS_INDEX, REAL
-from gradspark.data.dataset import TrainingData
+from gradspark.data.dataset import NumpyTrainingData
 from gradspark.data.frames import FrameTrainingData
 from gradspark.data.validation import InvalidDataError
 from gradspark.engine.frame_jobs import FrameGradientEngine
@@ -138,7 +138,7 @@ def test_frame_blocks_equal_the_rdd_blocks(spark, small_arrow_batches, kind, wei
               r.weight) for i, r in enumerate(df.collect())],
             df.schema).repartition(3).cache()
     args = ("features", "label", "weight" if weighted else None, BINARY, 50, 2)
-    with TrainingData(df, *args) as rdd_data, FrameTrainingData(df, *args) as frame_data:
+    with NumpyTrainingData(df, *args) as rdd_data, FrameTrainingData(df, *args) as frame_data:
         assert frame_data.num_partitions == 3
         ours, theirs = _blocks(frame_data), _blocks(rdd_data)
         assert len(ours) == len(theirs) == 6
@@ -183,7 +183,7 @@ def test_frame_path_names_bad_rows_as_the_rdd_path_does(spark, rows, domain, mes
     schema = StructType([StructField("features", VectorUDT()), StructField("label", DoubleType())])
     df = spark.createDataFrame(rows, schema).coalesce(1)
     errors = []
-    for data_class in (TrainingData, FrameTrainingData):
+    for data_class in (NumpyTrainingData, FrameTrainingData):
         with pytest.raises(InvalidDataError) as error:
             data_class(df, "features", "label", None, domain, 10, 2)
         errors.append(error.value.message)

@@ -15,7 +15,7 @@ from gradspark import SGDLinearRegression, SGDLogisticRegression
 from gradspark.checkpoints import (ArrowCheckpointStore, CheckpointStore,
                                    CorruptCheckpointError, TrainingState)
 from gradspark.data.blocks import BINARY
-from gradspark.data.dataset import TrainingData
+from gradspark.data.dataset import NumpyTrainingData
 from job_support import job_result
 
 HERE = os.path.dirname(__file__)
@@ -174,7 +174,7 @@ def test_data_checkpoint_is_written_and_removed(spark, classification_data, tmp_
     df = classification_data[0]
     with pytest.raises(ValueError, match="checkpointData=True needs a checkpointDir"):
         SGDLogisticRegression(checkpointData=True).fit(df)
-    data = TrainingData(df, "features", "label", None, BINARY, 64, 2,
+    data = NumpyTrainingData(df, "features", "label", None, BINARY, 64, 2,
                         checkpoint_dir=str(tmp_path / "rdd"))
     assert data.blocks.isCheckpointed()  # written by the statistics pass itself
     written = list((tmp_path / "rdd").rglob("part-*"))

@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from conftest import gradspark_cached_rdds, make_df
 from job_support import run_job
 from gradspark.data.blocks import BINARY, CLASS_INDEX, REAL
-from gradspark.data.dataset import TrainingData
+from gradspark.data.dataset import NumpyTrainingData
 from gradspark.data.validation import InvalidDataError
 from gradspark.data.jvm import JvmTrainingData
 from gradspark.engine.jvm import JvmGradientEngine
@@ -67,7 +67,7 @@ def test_gradient_sums_match_numpy(frames, layout, name):
     coef = g.normal(size=(12, k)) * 0.3
     offset = g.normal(size=k)
     with JvmTrainingData(df, "features", label, "weight", domain, 50, 2) as jvm_data, \
-            TrainingData(df, "features", label, "weight", domain, 50, 2) as py_data:
+            NumpyTrainingData(df, "features", label, "weight", domain, 50, 2) as py_data:
         ours = JvmGradientEngine(jvm_data, loss).gradient_sums(coef, offset, aux)
         ref = PythonGradientEngine(py_data.blocks, loss).gradient_sums(coef, offset, aux)
     assert ours.xtg.shape == (12, k) and ours.gsum.shape == (k,)
@@ -90,7 +90,7 @@ def test_tree_levels_give_the_same_sums_bit_for_bit_on_reruns(frames):
     loss, label, domain, k, aux = LOSSES["multinomial"]
     df = frames["sparse"].repartition(9)
     coef, offset = np.full((12, k), 0.1), np.array([0.2, -0.1, 0.0])
-    with TrainingData(df, "features", label, "weight", domain, 7, 2) as py_data:
+    with NumpyTrainingData(df, "features", label, "weight", domain, 7, 2) as py_data:
         ref = PythonGradientEngine(py_data.blocks, loss).gradient_sums(coef, offset, aux)
     for depth in (1, 2, 3):
         with JvmTrainingData(df, "features", label, "weight", domain, 7, depth) as data:
@@ -136,7 +136,7 @@ def test_wide_sparse_sums_match_closed_form(spark, num_features):
 def test_statistics_and_blocks_match_python(frames, layout):
     df = frames[layout]
     with JvmTrainingData(df, "features", "multi", "weight", CLASS_INDEX, 40, 2) as jvm_data, \
-            TrainingData(df, "features", "multi", "weight", CLASS_INDEX, 40, 2) as py_data:
+            NumpyTrainingData(df, "features", "multi", "weight", CLASS_INDEX, 40, 2) as py_data:
         assert jvm_data.num_features == py_data.num_features == 12
         assert_statistics_equal(jvm_data.statistics, py_data.statistics)
         np.testing.assert_allclose(jvm_data.statistics.features_std,

@@ -9,7 +9,7 @@ import pytest
 from conftest import gradspark_cached_rdds
 from gradspark import SGDLogisticRegression
 from gradspark.data.blocks import CLASS_INDEX, REAL
-from gradspark.data.dataset import TrainingData
+from gradspark.data.dataset import NumpyTrainingData
 from gradspark.engine import PythonGradientEngine
 from gradspark.estimators.base import regularization_vectors
 from gradspark.losses import HuberLoss, MultinomialLogisticLoss
@@ -37,7 +37,7 @@ def _objective(data, loss, k, fit_intercept, depth=2, fraction=1.0):
 def test_distributed_gradient_matches_finite_differences(classification_data, loss, k, label,
                                                          domain, fit_intercept):
     df = classification_data[0]
-    with TrainingData(df, "features", label, "weight", domain, 64, 2) as data:
+    with NumpyTrainingData(df, "features", label, "weight", domain, 64, 2) as data:
         obj = _objective(data, loss, k, fit_intercept)
         theta = np.random.default_rng(0).normal(scale=0.3, size=obj.size)
         if loss.num_aux:
@@ -53,7 +53,7 @@ def test_distributed_gradient_matches_finite_differences(classification_data, lo
 
 def test_statistics_and_aggregation_depths_agree_with_numpy(classification_data):
     df, X, _, multi, w = classification_data
-    with TrainingData(df, "features", "multi", "weight", CLASS_INDEX, 50, 3) as data:
+    with NumpyTrainingData(df, "features", "multi", "weight", CLASS_INDEX, 50, 3) as data:
         stats = data.statistics
         W = w.sum()
         mean = w @ X / W
@@ -73,7 +73,7 @@ def test_statistics_and_aggregation_depths_agree_with_numpy(classification_data)
 
 def test_mini_batch_samples_the_requested_fraction(classification_data):
     df = classification_data[0]
-    with TrainingData(df, "features", "multi", None, CLASS_INDEX, 64, 2) as data:
+    with NumpyTrainingData(df, "features", "multi", None, CLASS_INDEX, 64, 2) as data:
         engine = PythonGradientEngine(data.blocks, MultinomialLogisticLoss())
         coef, offset = np.zeros((5, 3)), np.zeros(3)
         counts = [engine.gradient_sums(coef, offset, np.zeros(0), 0.25, 9, s).count

@@ -16,11 +16,12 @@ from gradspark.data.statistics import DataStatistics, block_statistics, merge_st
 from gradspark.data.validation import (InvalidDataError, check_schema, feature_vector_size,
                                        raising_data_errors)
 from gradspark.stages.sources import RddBlocks
+from gradspark.data.training import TrainingData
 
 logger = logging.getLogger(__name__)
 
 
-class TrainingData:
+class NumpyTrainingData(TrainingData):
     """Training blocks cached for one fit, and what one pass learned about them.
 
     With ``checkpoint_dir``, the blocks are also written as a reliable RDD
@@ -133,11 +134,6 @@ class TrainingData:
             self._feature_map.destroy()
             self._feature_map = None
 
-    def __enter__(self) -> "TrainingData":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
 
 
 def trainable(stats: Optional[DataStatistics], weight_col: Optional[str],

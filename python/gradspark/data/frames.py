@@ -1,6 +1,6 @@
 """Training blocks as a cached DataFrame: the data path of a Spark Connect session.
 
-:class:`~gradspark.data.dataset.TrainingData` caches an RDD of blocks; a
+:class:`~gradspark.data.dataset.NumpyTrainingData` caches an RDD of blocks; a
 Connect client has no RDDs, so here one ``mapInArrow`` pass over the input
 validates and blockifies each partition into the blocks the RDD path
 builds, with the same messages, straight from the Arrow buffers
@@ -38,6 +38,7 @@ from gradspark.data.statistics import DataStatistics, block_statistics, merge_st
 from gradspark.data.validation import (InvalidDataError, check_schema, feature_vector_size,
                                        raising_data_errors,
                                        row_position)
+from gradspark.data.training import TrainingData
 
 logger = logging.getLogger(__name__)
 
@@ -158,10 +159,10 @@ def _sparse_matrix(features: pa.StructArray, flat_values: np.ndarray,
     return csr
 
 
-class FrameTrainingData:
+class FrameTrainingData(TrainingData):
     """Validated blocks cached as a DataFrame of ``(partition, block, stats)`` rows.
 
-    The same interface as :class:`~gradspark.data.dataset.TrainingData` for the
+    The same interface as :class:`~gradspark.data.dataset.NumpyTrainingData` for the
     estimators; the engines reach the blocks through :meth:`block_source`.
     """
 
@@ -273,8 +274,3 @@ class FrameTrainingData:
             self._frame.unpersist()
             self._frame = None
 
-    def __enter__(self) -> "FrameTrainingData":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()

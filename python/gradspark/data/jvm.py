@@ -22,6 +22,7 @@ from gradspark.data.statistics import DataStatistics, Moments
 from gradspark.data.validation import check_schema, feature_vector_size, raising_data_errors
 from gradspark.jvm.loader import call_for_doubles, call_with_file, load_kernels
 from gradspark.stages.sources import FrameBlocks
+from gradspark.data.training import TrainingData
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +47,10 @@ def _statistics(flat: np.ndarray, d: int) -> Optional[DataStatistics]:
     )
 
 
-class JvmTrainingData:
+class JvmTrainingData(TrainingData):
     """Training blocks validated, cached and summarized by Scala code, for one fit.
 
-    Same interface and semantics as :class:`gradspark.data.dataset.TrainingData`:
+    Same interface and semantics as :class:`gradspark.data.dataset.NumpyTrainingData`:
     one Spark job over the input (blockify + validate, cache ``MEMORY_AND_DISK``,
     tree-aggregated statistics), an optional reliable RDD checkpoint of the
     blocks, :meth:`release` (or the context manager) unpersists everything.
@@ -142,8 +143,3 @@ class JvmTrainingData:
             self._python_blocks.unpersist(blocking=False)
         self.blocks.release()
 
-    def __enter__(self) -> "JvmTrainingData":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()

@@ -55,7 +55,7 @@ from gradspark.rpc import ParameterServer
 from gradspark.rpc.endpoint import driver_endpoint
 from gradspark.rpc.security import spark_encrypts
 from gradspark.stages.slots import require_task_slots, resident_stage_lock
-from gradspark.stages.sources import RddBlocks, resident_task
+from gradspark.stages.sources import resident_task
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +100,9 @@ class ResidentGradientEngine:
         # Engine-less, when compression is lossy: see GradientResponse.
         self.objective = objective
         self.faults = faults  # test-only fault injection (gradspark.testing.faults)
-        # An RDD of Blocks, or a source from gradspark.stages.sources (RddBlocks, FrameBlocks).
-        self.source = blocks if hasattr(blocks, "run") else RddBlocks(blocks)
+        # Where the workers read their blocks (gradspark.stages.sources: RddBlocks,
+        # FrameBlocks), as TrainingData.block_source() gives it.
+        self.source = blocks
         self.loss = loss
         self.num_features = num_features
         self.num_outputs = num_outputs

@@ -41,7 +41,7 @@ from gradspark.checkpoints import (
 from gradspark.comm.traffic import per_step
 from gradspark.connect import context_of
 from gradspark.data.compaction import active_features, expand_rows
-from gradspark.data.dataset import TrainingData
+from gradspark.data.dataset import NumpyTrainingData
 from gradspark.data.frames import FrameTrainingData
 from gradspark.data.jvm import JvmTrainingData
 from gradspark.data.statistics import DataStatistics, require_finite_statistics
@@ -62,7 +62,7 @@ from gradspark.trainer.divergence import check_final_objective
 logger = logging.getLogger(__name__)
 
 # The training data for each data path of the fit plan (gradspark.fit.plan.DATA_KINDS).
-TRAINING_DATA = {"frame": FrameTrainingData, "python": TrainingData, "jvm": JvmTrainingData}
+TRAINING_DATA = {"frame": FrameTrainingData, "python": NumpyTrainingData, "jvm": JvmTrainingData}
 
 
 @dataclass

@@ -44,7 +44,7 @@ from gradspark.rpc import ParameterClient, ParameterServer
 from gradspark.rpc.endpoint import driver_endpoint
 from gradspark.rpc.security import spark_encrypts
 from gradspark.stages.slots import resident_stage_lock
-from gradspark.stages.sources import RddBlocks, resident_task
+from gradspark.stages.sources import resident_task
 from gradspark.trainer.clock import StalenessClock
 from gradspark.trainer.objective import LinearObjective
 from gradspark.integrations.progress import Progress
@@ -355,7 +355,7 @@ def train_async(
     """
     if config.optimizer == "lbfgs":
         raise ValueError("mode='async' needs a first-order optimizer, not L-BFGS")
-    source = blocks if hasattr(blocks, "run") else RddBlocks(blocks)
+    source = blocks
     sc = source.context
     num_workers = source.num_workers()
     resumed = checkpoints.resume_state() if checkpoints else None

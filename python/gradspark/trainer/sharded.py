@@ -50,7 +50,7 @@ from gradspark.rpc import ParameterClient, ParameterServer
 from gradspark.rpc.endpoint import driver_endpoint
 from gradspark.rpc.security import spark_encrypts
 from gradspark.stages.slots import require_task_slots, resident_stage_lock
-from gradspark.stages.sources import RddBlocks, by_partition
+from gradspark.stages.sources import by_partition
 from gradspark.trainer.config import AsyncConfig
 from gradspark.trainer.objective import LinearObjective
 from gradspark.integrations.progress import Progress
@@ -197,7 +197,7 @@ def train_sharded(objective: LinearObjective, theta0: np.ndarray, config: AsyncC
     if config.compression.lossy:
         raise ValueError("parameterServers supports compression='none' only (sparse pushes "
                          "are exact and already small)")
-    source = blocks if hasattr(blocks, "run") else RddBlocks(blocks)
+    source = blocks
     sc = source.context
     num_workers = source.num_workers()
     if num_shards > objective.num_features:
