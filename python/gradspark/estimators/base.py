@@ -47,8 +47,7 @@ from gradspark.data.jvm import JvmTrainingData
 from gradspark.data.statistics import DataStatistics, require_finite_statistics
 from gradspark.data.validation import InvalidDataError
 from gradspark.estimators.model import _LinearModel
-from gradspark.fit.execute import (ResidentSettings, evaluation_engine, gradient_engine,
-                                   job_engine, train)
+from gradspark.fit.execute import evaluation_engine, gradient_engine, job_engine, train
 from gradspark.fit.plan import parameter_space, plan_data, plan_fit
 from gradspark.integrations.mlflow_tracking import log_training
 from gradspark.integrations.tensorboard import tensorboard_run, write_fit_curves
@@ -224,9 +223,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
             plan = plan_fit(self, data_plan, context_of(dataset), data)
             objective = self._objective(problem, stats, data.num_features, active,
                                         input_features)
-            depth = self.getAggregationDepth()
-            objective.engine = engine = gradient_engine(plan, data, objective, depth,
-                                                        self._resident_settings())
+            objective.engine = engine = gradient_engine(plan, data, objective)
             config = plan.config
             identity = self._fit_identity(dataset, stats, weight_col)
             checkpoints = self._checkpoints(dataset, identity)
@@ -242,14 +239,14 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
             if validation is not None:
                 held_out = dataclasses.replace(
                     objective, mini_batch_fraction=1.0,
-                    engine=job_engine(plan, validation, problem.loss, depth))
+                    engine=job_engine(plan, validation, problem.loss))
             result = train(plan, objective, theta0, data, engine, checkpoints, start, held_out,
-                           self.getValidationTol(), self.getParameterServers())
+                           self.getValidationTol())
             engine_metrics = getattr(engine, "metrics", {})
             outcome = {}
             if config.optimizer != "lbfgs":  # L-BFGS's history is exact and never goes up
                 outcome = check_final_objective(
-                    objective, evaluation_engine(plan, data, engine, problem.loss, depth),
+                    objective, evaluation_engine(plan, data, engine, problem.loss),
                     theta0, result.theta, config)
             coefficients, intercepts, aux = objective.original_space(result.theta)
             coefficients = expand_rows(coefficients, active, input_features)
@@ -313,12 +310,6 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                 lower, upper = lower[active], upper[active]
             objective.constrain((lower, upper), intercepts)
         return objective
-
-    def _resident_settings(self) -> ResidentSettings:
-        return ResidentSettings(
-            self.getMiniBatchFraction(), self.getSeed(), self.getParameterServerHost(),
-            self.getWorkerTimeout(), self.getAggregationTopology(), self.getWorkerQuorum(),
-            self.getSparsePull(), self.getBatchSizing())
 
     def _fitted_model(self, model: "_LinearModel", training_rows: DataFrame,
                       history: TrainingSummary) -> "_LinearModel":

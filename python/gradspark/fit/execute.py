@@ -28,25 +28,10 @@ from gradspark.trainer.sharded import train_sharded
 from gradspark.trainer.early_stopping import EarlyStopping
 
 
-@dataclasses.dataclass(frozen=True)
-class ResidentSettings:
-    """What resident workers need beyond the plan: taken from Params by the estimator."""
-
-    mini_batch_fraction: float
-    seed: int
-    host: str  # parameterServerHost
-    worker_timeout: float
-    topology: str
-    quorum: float
-    sparse_pull: bool
-    batch_sizing: str
-
-
-def gradient_engine(plan: FitPlan, data, objective: LinearObjective, depth: int,
-                    resident: ResidentSettings):
+def gradient_engine(plan: FitPlan, data, objective: LinearObjective):
     """The engine for ``objective`` (built without one), whole; a resident one is
     started by ``with engine:`` around the training (see :func:`train`)."""
-    loss = objective.loss
+    loss, depth, resident = objective.loss, plan.aggregation_depth, plan.workers
     if plan.kernels == "jvm":
         return JvmGradientEngine(data, loss, depth)
     if plan.resident:
@@ -68,19 +53,20 @@ def gradient_engine(plan: FitPlan, data, objective: LinearObjective, depth: int,
     return python_job_engine(data, loss, depth, compression, plan)
 
 
-def job_engine(plan: FitPlan, data, loss: Loss, depth: int):
+def job_engine(plan: FitPlan, data, loss: Loss):
     """A job-per-step engine over ``data``'s blocks, for the plan's data path."""
+    depth = plan.aggregation_depth
     if plan.data.jvm:
         return JvmGradientEngine(data, loss, depth)
     return python_job_engine(data, loss, depth, Compression(), plan)
 
 
-def evaluation_engine(plan: FitPlan, data, engine, loss: Loss, depth: int):
+def evaluation_engine(plan: FitPlan, data, engine, loss: Loss):
     """An engine that sums every row once per call, outside any resident stage: the
     fit's own when it runs a job per step, else a job-per-step one over the same blocks."""
     if plan.strategy == "jobPerStep":
         return engine
-    return job_engine(plan, data, loss, depth)
+    return job_engine(plan, data, loss)
 
 
 def python_job_engine(data, loss: Loss, depth: int, compression: Compression = Compression(),
@@ -95,12 +81,12 @@ def python_job_engine(data, loss: Loss, depth: int, compression: Compression = C
 
 def train(plan: FitPlan, objective: LinearObjective, theta0: np.ndarray, data, engine,
           checkpoints, start=None, held_out: Optional[LinearObjective] = None,
-          validation_tol: float = 0.0, parameter_servers: int = 0) -> TrainingResult:
+          validation_tol: float = 0.0) -> TrainingResult:
     """Run the plan's trainer from ``theta0`` (or ``start``, a state to continue)."""
     config = plan.config
     if plan.trainer == "sharded":
         return train_sharded(objective, theta0, config, data.block_source(),
-                             parameter_servers, checkpoints)
+                             plan.workers.parameter_servers, checkpoints)
     if plan.trainer == "async":
         return train_async(objective, theta0, config, data.block_source(), checkpoints)
     if plan.trainer == "localSGD":

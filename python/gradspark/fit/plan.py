@@ -78,6 +78,21 @@ class DataPlan:
 
 
 @dataclass(frozen=True)
+class WorkerSettings:
+    """What long-running workers are told beyond the trainer's config."""
+
+    mini_batch_fraction: float
+    seed: int
+    host: str  # parameterServerHost: the address driver-side servers bind
+    worker_timeout: float
+    topology: str  # aggregationTopology
+    quorum: float  # workerQuorum
+    sparse_pull: bool
+    batch_sizing: str
+    parameter_servers: int
+
+
+@dataclass(frozen=True)
 class FitPlan:
     """How a fit runs, resolved once from Params and the size of the cached blocks."""
 
@@ -88,6 +103,8 @@ class FitPlan:
     reason: str  # why this strategy (logged, and in the summary's log line)
     config: Union[SyncConfig, AsyncConfig]
     compression: Compression
+    workers: WorkerSettings
+    aggregation_depth: int
     faults: Optional[FaultPlan] = None  # test-only fault injection (gradspark.testing.faults)
 
     @property
@@ -175,8 +192,13 @@ def plan_fit(params: SGDParams, data_plan: DataPlan, sc, data) -> FitPlan:
     logger.info("%s: %s kernels, %s (%s; blockified in the %s)", type(params).__name__,
                 kernels, strategy, why, "JVM" if data_plan.jvm else "Python workers")
     config.faults = fault_plan()  # the one seam where test-only fault injection enters
+    workers = WorkerSettings(
+        params.getMiniBatchFraction(), params.getSeed(), params.getParameterServerHost(),
+        params.getWorkerTimeout(), params.getAggregationTopology(), params.getWorkerQuorum(),
+        params.getSparsePull(), params.getBatchSizing(), params.getParameterServers())
     return FitPlan(data_plan, kernels, strategy, trainer, why, config,
-                   compression_of(params), config.faults)
+                   compression_of(params), workers, params.getAggregationDepth(),
+                   config.faults)
 
 
 def choose(params: SGDParams, data_plan: DataPlan, bytes_per_worker: float,
