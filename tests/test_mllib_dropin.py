@@ -195,7 +195,9 @@ def test_every_summary_field_equals_mllibs_on_the_same_data(spark, dropin_data, 
     """Both fitted on the same rows to a tight tolerance; every numeric field MLlib's
     training summary has (metrics, counts, inference statistics; not the optimizer's own
     history), ours has with the same value. The fit's uid is the estimator's, as in MLlib."""
-    tight = dict(params, tol=1e-10, maxIter=300)
+    # Tight enough for every field to settle; the hinge loss's OWL-QN (a Spark job per
+    # iteration in MLlib) would run all 300 iterations at 1e-10 for no closer agreement.
+    tight = dict(params, tol=1e-8 if mllib_cls is LinearSVC else 1e-10, maxIter=300)
     estimator = our_cls(**tight)
     mllib = mllib_cls(**tight).fit(dropin_data)
     ours = estimator.fit(dropin_data)
@@ -322,7 +324,10 @@ def test_default_params_agree_with_mllib_on_every_path(spark, breast_cancer, pat
 
 @pytest.mark.parametrize("ours,theirs", [
     (lambda: SGDLogisticRegression(regParam=0.01), lambda: LogisticRegression(regParam=0.01)),
-    (lambda: SGDLinearSVC(regParam=0.01), lambda: LinearSVC(regParam=0.01)),
+    # (on these well-separated classes the hinge loss's last iterations move no prediction,
+    # and MLlib's OWL-QN runs a Spark job per iteration)
+    (lambda: SGDLinearSVC(regParam=0.01, maxIter=15),
+     lambda: LinearSVC(regParam=0.01, maxIter=15)),
 ], ids=["LogisticRegression", "LinearSVC"])
 def test_one_vs_rest_takes_our_classifiers_as_mllibs(spark, ours, theirs):
     """pyspark.ml's OneVsRest, unchanged, over our binary classifiers: the same
@@ -336,7 +341,9 @@ def test_one_vs_rest_takes_our_classifiers_as_mllibs(spark, ours, theirs):
     df = spark.createDataFrame([(Vectors.dense(x), float(t)) for x, t in zip(X, labels)],
                                ["features", "label"]).cache()
     mine = OneVsRest(classifier=ours()).fit(df).transform(df).select("prediction").collect()
-    mllib = OneVsRest(classifier=theirs()).fit(df).transform(df).select("prediction").collect()
+    # MLlib's side fits its binary classifiers concurrently (only the time changes)
+    mllib = OneVsRest(classifier=theirs(), parallelism=3).fit(df).transform(df) \
+        .select("prediction").collect()
     same = np.mean([a.prediction == b.prediction for a, b in zip(mine, mllib)])
     assert same >= 0.99
     assert np.mean([r.prediction == t for r, t in zip(mine, labels)]) > 0.9

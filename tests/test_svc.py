@@ -26,8 +26,10 @@ def svc_objective(coef, intercept, X, y, w, reg, standardize=True):
 def test_reaches_mllib_objective(classification_data, params):
     df, X, y, _, weight = classification_data
     w = weight if "weightCol" in params else np.ones(len(y))
-    ours = SGDLinearSVC(tol=1e-10, maxIter=500, **params).fit(df)
-    ref = LinearSVC(tol=1e-10, maxIter=500, **params).fit(df)
+    # MLlib's own tol and maxIter: its OWL-QN stops there within 1e-5 of the objective
+    # (at tol=1e-10 it runs all 500 iterations, a Spark job each, for 1e-6 less)
+    ours = SGDLinearSVC(**params).fit(df)
+    ref = LinearSVC(**params).fit(df)
     std = params.get("standardization", True)
     f_ours = svc_objective(ours.coefficients.toArray(), ours.intercept, X, y, w,
                            params["regParam"], std)
