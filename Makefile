@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(PY) examples/train_logistic.py
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 3 --dist loadgroup tests
+	$(PY) -m pytest -q tests
 
 # A standalone master + 2 workers on loopback, a spark-submit job, then stop.
 cluster-test: $(STAMP)

@@ -1,11 +1,4 @@
-"""Shared fixtures: one real local[2] SparkSession per test process, small datasets.
-
-``make test`` runs the suite in three processes (pytest-xdist, ``--dist loadgroup``):
-most of its time is spent in jobs that start their own drivers and clusters and wait
-on them, which overlap well even on two cores. Each test module is one unit of work
-(its module-scoped fixtures run once); modules that start the same single-instance
-service share a unit (see :data:`SHARED_UNITS`).
-"""
+"""Shared fixtures: one real local[2] SparkSession for the whole run, small datasets."""
 
 from __future__ import annotations
 
@@ -143,18 +136,3 @@ def transform_stream(spark, model, df, tmp_path, columns, rows: int = 40):
              .start())
     query.awaitTermination(120)
     return spark.sql(f"select * from {name}").collect()
-
-
-# Modules that must not run at the same time as each other, and why.
-SHARED_UNITS = {
-    # a local Spark Connect server listens on its fixed default port
-    "test_connect.py": "spark-connect",
-    "test_cli.py": "spark-connect",
-}
-
-
-def pytest_collection_modifyitems(config, items):
-    """One xdist unit of work per module (or per shared unit); no-op without xdist."""
-    for item in items:
-        module = item.path.name
-        item.add_marker(pytest.mark.xdist_group(SHARED_UNITS.get(module, module)))
