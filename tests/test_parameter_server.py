@@ -482,3 +482,37 @@ def test_a_handler_that_gives_up_tells_the_worker_why_and_sockets_keep_alive(cap
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert any("worker 0" in e and "workerTimeout" in e for e in errors), errors
     assert server.rejected_frames == 0  # not mistaken for a stranger's handshake timeout
+
+
+class _ClosesWhenAllAreDone:
+    """A sharded fit's shard: its host task closes the server as soon as every worker has
+    said done (``ShardTraining.wait_finished``), from another thread."""
+
+    vector_size = 3
+
+    def __init__(self) -> None:
+        self.server = None
+        self.closer = None
+
+    def on_hello(self, worker, attempt):
+        return 0
+
+    def on_done(self, worker):
+        self.closer = threading.Thread(target=self.server.close)
+        self.closer.start()
+        self.closer.join()  # the host closed its server before this handler went on
+
+    def on_disconnect(self, worker):
+        pass
+
+
+def test_a_worker_is_done_even_when_the_server_closes_on_its_done():
+    """A worker that said DONE finishes cleanly even when the server closes the moment it
+    learns every worker is done: a shard's host did, and the last worker's task failed on
+    the closed connection, so Spark reran the whole barrier stage from its checkpoint."""
+    handler = _ClosesWhenAllAreDone()
+    with ParameterServer(handler, HOST, 1) as server:
+        handler.server = server
+        with ParameterClient(server.address, server.secret, 0) as client:
+            client.done()  # raised EOFError("connection closed") before the fix
+    assert handler.closer is not None and server.closed
