@@ -79,8 +79,10 @@ def run(spark) -> dict:
                                              solver="l-bfgs", **TIGHT).fit(rdf))
     out["linear_mllib"] = flat(LinearRegression(regParam=0.1, elasticNetParam=0.5,
                                                 solver="l-bfgs", **TIGHT).fit(rdf))
-    out["svc"] = flat(SGDLinearSVC(regParam=0.01, maxIter=200).fit(df))
-    out["svc_mllib"] = flat(LinearSVC(regParam=0.01, tol=1e-10, maxIter=300).fit(df))
+    # MLlib's own tolerances for the hinge loss: at 1e-10 its OWL-QN runs all 300
+    # iterations (a Spark job each) for no closer agreement (tests/test_svc.py)
+    out["svc"] = flat(SGDLinearSVC(regParam=0.01).fit(df))
+    out["svc_mllib"] = flat(LinearSVC(regParam=0.01).fit(df))
 
     # 2. The same full-batch fit on every strategy; the test compares it with classic.
     for strategy in ("jobPerStep", "resident"):
