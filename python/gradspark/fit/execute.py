@@ -50,7 +50,7 @@ def gradient_engine(plan: FitPlan, data, objective: LinearObjective):
             faults=plan.faults)
     # (async mode's workers compress their own pushes; this engine is unused there)
     compression = plan.compression if plan.strategy == "jobPerStep" else Compression()
-    return python_job_engine(data, loss, depth, compression, plan)
+    return python_job_engine(data, loss, depth, compression, plan.faults)
 
 
 def job_engine(plan: FitPlan, data, loss: Loss):
@@ -58,7 +58,7 @@ def job_engine(plan: FitPlan, data, loss: Loss):
     depth = plan.aggregation_depth
     if plan.data.jvm:
         return JvmGradientEngine(data, loss, depth)
-    return python_job_engine(data, loss, depth, Compression(), plan)
+    return python_job_engine(data, loss, depth, Compression(), plan.faults)
 
 
 def evaluation_engine(plan: FitPlan, data, engine, loss: Loss):
@@ -70,10 +70,9 @@ def evaluation_engine(plan: FitPlan, data, engine, loss: Loss):
 
 
 def python_job_engine(data, loss: Loss, depth: int, compression: Compression = Compression(),
-                      plan: Optional[FitPlan] = None):
+                      faults=None):
     """The numpy job-per-step engine for the data's kind: RDD jobs, or ``mapInArrow`` jobs
     over a block frame (Spark Connect)."""
-    faults = plan.faults if plan is not None else None
     if isinstance(data, FrameTrainingData):
         return FrameGradientEngine(data.block_source(), loss, depth, compression, faults)
     return PythonGradientEngine(data.python_blocks(), loss, depth, compression, faults)

@@ -105,7 +105,12 @@ class FitPlan:
     compression: Compression
     workers: WorkerSettings
     aggregation_depth: int
-    faults: Optional[FaultPlan] = None  # test-only fault injection (gradspark.testing.faults)
+
+    @property
+    def faults(self) -> Optional[FaultPlan]:
+        """Test-only fault injection (gradspark.testing.faults): the config carries it to the
+        trainers, the plan to the engines."""
+        return self.config.faults
 
     @property
     def resident(self) -> bool:
@@ -197,8 +202,7 @@ def plan_fit(params: SGDParams, data_plan: DataPlan, sc, data) -> FitPlan:
         params.getWorkerTimeout(), params.getAggregationTopology(), params.getWorkerQuorum(),
         params.getSparsePull(), params.getBatchSizing(), params.getParameterServers())
     return FitPlan(data_plan, kernels, strategy, trainer, why, config,
-                   compression_of(params), workers, params.getAggregationDepth(),
-                   config.faults)
+                   compression_of(params), workers, params.getAggregationDepth())
 
 
 def choose(params: SGDParams, data_plan: DataPlan, bytes_per_worker: float,
