@@ -17,8 +17,7 @@ from gradspark import SGDLogisticRegression
 from gradspark.testing.faults import ENVIRONMENT_VARIABLE
 
 
-def main() -> None:
-    spark = quiet_session("local-cluster[2,1,1024]")
+def run(spark) -> dict:
     df, X, y = logistic_frame(spark, seed=8, rows=600, partitions=2)
     df.count()
     params = dict(optimizer="adam", stepSize=0.05, tol=0.0, regParam=0.01, maxIter=80)
@@ -40,7 +39,7 @@ def main() -> None:
     resident_retried, _, resident_extra = fit(executionStrategy="resident",
                                               parameterServerHost="127.0.0.1", **params)
     del os.environ[ENVIRONMENT_VARIABLE]
-    print("RESULT " + json.dumps({
+    return {
         "sync": sync, "bsp": bsp, "retried": retried,
         "sync_strategy": sync_extra["executionStrategy"], "job": job,
         "resident_retried": resident_retried,
@@ -49,7 +48,12 @@ def main() -> None:
         "stale_max_staleness": stale_extra["maxStaleness"],
         "retried_reconnects": retried_extra["reconnects"],
         "retried_updates": retried_extra["workerUpdates"],
-    }))
+    }
+
+
+def main() -> None:
+    spark = quiet_session("local-cluster[2,1,1024]")
+    print("RESULT " + json.dumps(run(spark)))
     spark.stop()
 
 

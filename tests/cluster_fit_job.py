@@ -14,19 +14,23 @@ from job_support import logistic_frame, quiet_session  # sets PYSPARK_PYTHON fir
 from gradspark import SGDLogisticRegression
 
 
-def main() -> None:
-    spark = quiet_session(sys.argv[1] if len(sys.argv) > 1 else "local-cluster[2,1,1024]")
+def run(spark) -> dict:
     df, X, y = logistic_frame(spark, seed=4, rows=400, partitions=4)
     params = dict(regParam=0.02, elasticNetParam=0.5, tol=1e-12, maxIter=500)
     ours = SGDLogisticRegression(**params).fit(df)
     ref = LogisticRegression(**params).fit(df)
     pids = df.rdd.mapPartitions(lambda _: [os.getpid()]).distinct().collect()
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-    print("RESULT " + json.dumps({
+    return {
         "ours": ours.coefficients.toArray().tolist() + [ours.intercept],
         "ref": ref.coefficients.toArray().tolist() + [ref.intercept],
         "worker_pids": len(set(pids)), "executors": executors,
-    }))
+    }
+
+
+def main() -> None:
+    spark = quiet_session(sys.argv[1] if len(sys.argv) > 1 else "local-cluster[2,1,1024]")
+    print("RESULT " + json.dumps(run(spark)))
     spark.stop()
 
 

@@ -35,6 +35,41 @@ def spark():
     session.stop()
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "local_cluster(name): the test reads the check `name` of "
+        "local_cluster_jobs.py, run with the other selected ones in one local-cluster driver")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The local-cluster checks the selected tests read, in local_cluster_jobs.py's order."""
+    from local_cluster_jobs import ORDER
+
+    wanted = {m.args[0] for item in items for m in item.iter_markers("local_cluster")}
+    config.local_cluster_checks = [name for name in ORDER if name in wanted]
+
+
+@pytest.fixture(scope="session")
+def local_cluster(request) -> Callable[[str], dict]:
+    """``local_cluster(name)``: that check's result; its traceback fails only its test.
+
+    The selected checks run together, once, in one local-cluster driver process:
+    a cluster's JVMs take 15-20 s to start on CI's two cores.
+    """
+    from job_support import run_job
+
+    results = run_job("local_cluster_jobs.py", *request.config.local_cluster_checks,
+                      timeout=1800)
+
+    def check(name: str) -> dict:
+        result = results.get(name, {"error": f"{name} was not run: mark its test "
+                                              f"@pytest.mark.local_cluster({name!r})"})
+        assert "error" not in result, f"local-cluster check {name} failed:\n{result['error']}"
+        return result
+
+    return check
+
+
 @pytest.fixture(scope="session")
 def hashed_rare(spark):
     """Hashed rows with a tail of buckets seen once (tests/hashed_data.py): after

@@ -17,7 +17,6 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 
 import numpy as np  # noqa: E402
 from pyspark.ml.linalg import Vectors  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
 
 from gradspark import SGDLogisticRegression  # noqa: E402
 
@@ -70,6 +69,17 @@ def run(spark, work: str) -> dict:
     logger = logging.getLogger("gradspark.trainer")
     logger.setLevel(logging.INFO)
     logger.addHandler(counter)
+    try:
+        return kill_one_executor_mid_fit(spark, estimator, df, reference, counter)
+    finally:
+        logger.removeHandler(counter)
+
+
+def executor_ids(spark) -> list:
+    return sorted(spark.sparkContext._jsc.sc().getExecutorIds().mkString(",").split(","))
+
+
+def kill_one_executor_mid_fit(spark, estimator, df, reference, counter) -> dict:
     result = {}
 
     def fit() -> None:
@@ -85,7 +95,7 @@ def run(spark, work: str) -> dict:
         raise RuntimeError(f"the fit did not reach step 8 in 300 s ({counter.steps} steps)")
     if "error" in result:
         raise RuntimeError("the fit failed before the kill:\n" + result["error"])
-    victims = executor_pids(spark)
+    victims, ids_before = executor_pids(spark), executor_ids(spark)
     os.kill(victims[0], signal.SIGKILL)
     thread.join(timeout=600)
     if "model" not in result:
@@ -94,6 +104,8 @@ def run(spark, work: str) -> dict:
     model = result["model"]
     return {
         "executors_before_kill": len(victims),
+        # The driver saw the executor go (and the cluster start another).
+        "executor_ids_before": ids_before, "executor_ids_after": executor_ids(spark),
         "killed_at_step": 8,
         "steps_total": counter.steps,
         "equal": model.coefficients.toArray().tolist() == reference.coefficients.toArray().tolist()
@@ -104,10 +116,9 @@ def run(spark, work: str) -> dict:
 
 
 def main() -> None:
-    spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.task.maxFailures", "8").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    from local_cluster_jobs import cluster_session
+
+    spark = cluster_session()
     try:
         print("RESULT " + json.dumps(run(spark, sys.argv[1])))
     finally:

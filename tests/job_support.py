@@ -18,10 +18,12 @@ from pyspark.ml.linalg import Vectors  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 
-def quiet_session(master: str) -> SparkSession:
-    spark = (SparkSession.builder.master(master)
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
+def quiet_session(master: str, **conf: str) -> SparkSession:
+    builder = (SparkSession.builder.master(master)
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -15,8 +15,7 @@ from gradspark.engine.python import partition_sums
 from gradspark.losses import BinaryLogisticLoss
 
 
-def main() -> None:
-    spark = quiet_session("local-cluster[2,1,1024]")
+def run(spark) -> dict:
     df, X, y = logistic_frame(spark, seed=3, rows=400, partitions=4)
     coef, offset = np.array([[0.3], [-0.2], [0.5], [0.1]]), np.array([0.05])
     loss = BinaryLogisticLoss()
@@ -27,11 +26,16 @@ def main() -> None:
     # Executor JVM process ids, read by a JVM-side task through the kernels' own classes.
     jvm_pids = load_kernels(spark).executorPids(df._jdf)
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-    print("RESULT " + json.dumps({
+    return {
         "ours": ours.vector().tolist() + [ours.loss_sum, ours.weight_sum, ours.count],
         "ref": ref.vector().tolist() + [ref.loss_sum, ref.weight_sum, ref.count],
         "jvm_pids": int(jvm_pids), "executors": executors,
-    }))
+    }
+
+
+def main() -> None:
+    spark = quiet_session("local-cluster[2,1,1024]")
+    print("RESULT " + json.dumps(run(spark)))
     spark.stop()
 
 

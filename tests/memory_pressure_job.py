@@ -1,12 +1,11 @@
 """Training data larger than the executors' storage memory (local-cluster).
 
-Executors of 1 GiB with ``spark.memory.fraction=0.02`` hold ~14 MiB each of
-cached blocks; the training blocks are ~40 MiB. They must spill to disk
-(MEMORY_AND_DISK), not fail, and the model must still equal MLlib's. The
-driver may not collect the data: ``spark.driver.maxResultSize=4m`` fails any
-job that tries. Prints RESULT <json>.
-
-Usage: memory_pressure_job.py [ENGINE]
+Executors of 1 GiB with ``spark.memory.fraction=0.006`` hold ~4 MiB each of
+cached blocks; the training blocks are ~20 MiB. They must spill to disk
+(MEMORY_AND_DISK), not fail, and the model must still equal MLlib's, with
+each engine's blocks (Python and JVM). The driver may not collect the data:
+``spark.driver.maxResultSize=4m`` fails any job that tries. Prints RESULT
+<json>: per engine, its model and the largest memory and disk use seen.
 """
 
 import json
@@ -21,7 +20,7 @@ from pyspark.sql import functions as F
 import job_support  # noqa: F401 - sets PYSPARK_PYTHON first
 from gradspark import SGDLogisticRegression
 
-ROWS, FEATURES = 250_000, 20
+ROWS, FEATURES = 120_000, 20
 
 
 def watch_storage(sc, stop: threading.Event, seen: dict) -> None:
@@ -34,10 +33,9 @@ def watch_storage(sc, stop: threading.Event, seen: dict) -> None:
 
 
 def main() -> None:
-    engine = sys.argv[1] if len(sys.argv) > 1 else "auto"
     spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.memory.fraction", "0.02")
+             .config("spark.memory.fraction", "0.006")
              .config("spark.driver.maxResultSize", "4m")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -50,21 +48,24 @@ def main() -> None:
 
     params = dict(regParam=0.01, tol=1e-10, maxIter=100)
     sc = spark.sparkContext
-    seen = {"disk": 0, "memory": 0}
-    stop = threading.Event()
-    watcher = threading.Thread(target=watch_storage, args=(sc, stop, seen), daemon=True)
-    watcher.start()
-    ours = SGDLogisticRegression(engine=engine, **params).fit(df)
-    stop.set()
-    watcher.join()
+    result = {}
+    for engine in ("python", "jvm"):
+        seen = {"disk": 0, "memory": 0}
+        stop = threading.Event()
+        watcher = threading.Thread(target=watch_storage, args=(sc, stop, seen), daemon=True)
+        watcher.start()
+        ours = SGDLogisticRegression(engine=engine, **params).fit(df)
+        stop.set()
+        watcher.join()
+        result[engine] = {
+            "ours": ours.coefficients.toArray().tolist() + [ours.intercept],
+            "disk_bytes": seen["disk"], "memory_bytes": seen["memory"],
+            "engine": ours.summary.extra.get("engine"),
+            "strategy": ours.summary.extra.get("executionStrategy"),
+        }
     ref = LogisticRegression(**params).fit(df)
-    print("RESULT " + json.dumps({
-        "ours": ours.coefficients.toArray().tolist() + [ours.intercept],
-        "ref": ref.coefficients.toArray().tolist() + [ref.intercept],
-        "disk_bytes": seen["disk"], "memory_bytes": seen["memory"],
-        "engine": ours.summary.extra.get("engine"),
-        "strategy": ours.summary.extra.get("executionStrategy"),
-    }))
+    result["ref"] = ref.coefficients.toArray().tolist() + [ref.intercept]
+    print("RESULT " + json.dumps(result))
     spark.stop()
 
 

@@ -17,8 +17,7 @@ from gradspark import SGDLogisticRegression
 from gradspark.testing.faults import ENVIRONMENT_VARIABLE
 
 
-def main() -> None:
-    spark = quiet_session(sys.argv[1] if len(sys.argv) > 1 else "local-cluster[2,1,1024]")
+def run(spark) -> dict:
     columns, labels = hashed_rows(2400, seed=5, rare=True)
     df = frames(spark, columns, labels, partitions=3)
     df.count()
@@ -42,7 +41,7 @@ def main() -> None:
         finally:
             del os.environ[ENVIRONMENT_VARIABLE]
     stale, _, stale_extra = fit(mode="async", maxStaleness=2, parameterServers=2)
-    print("RESULT " + json.dumps({
+    return {
         "single": single, "single_history": single_history,
         "sharded": sharded, "sharded_history": sharded_history,
         "killed": killed, "killed_history": killed_history,
@@ -52,7 +51,12 @@ def main() -> None:
         "stale_final": stale_extra["finalObjective"],
         "stale_initial": stale_extra["initialObjective"],
         "stale_max_staleness": stale_extra["maxStaleness"],
-    }))
+    }
+
+
+def main() -> None:
+    spark = quiet_session(sys.argv[1] if len(sys.argv) > 1 else "local-cluster[2,1,1024]")
+    print("RESULT " + json.dumps(run(spark)))
     spark.stop()
 
 

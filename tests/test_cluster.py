@@ -6,15 +6,17 @@ import pytest
 from job_support import run_job
 
 
-def test_fit_on_local_cluster_matches_mllib():
-    result = run_job("cluster_fit_job.py", "local-cluster[2,1,1024]")
+@pytest.mark.local_cluster("fit")
+def test_fit_on_local_cluster_matches_mllib(local_cluster):
+    result = local_cluster("fit")
     assert result["executors"] == 2
     assert result["worker_pids"] >= 2
     np.testing.assert_allclose(result["ours"], result["ref"], rtol=1e-4, atol=1e-5)
 
 
-def test_async_and_resident_on_local_cluster():
-    result = run_job("async_cluster_job.py")
+@pytest.mark.local_cluster("async")
+def test_async_and_resident_on_local_cluster(local_cluster):
+    result = local_cluster("async")
     # Sync mode runs resident workers in the executor processes; they answer every
     # step, also when a worker's first attempt fails and Spark retries it (same weights).
     assert result["sync_strategy"] == "resident"
@@ -35,31 +37,36 @@ def test_async_and_resident_on_local_cluster():
     assert result["stale_max_staleness"] <= 2
 
 
-def test_torch_ranks_run_in_separate_executors():
+@pytest.mark.local_cluster("torch_ranks")
+def test_torch_ranks_run_in_separate_executors(local_cluster):
     pytest.importorskip("torch")
-    result = run_job("torch_cluster_job.py", "local-cluster[2,1,1024]")
+    result = local_cluster("torch_ranks")
     # Two DDP ranks in two executor processes (gloo over loopback), not the driver.
     assert len(set(result["rank_pids"])) == 2 and result["driver_pid"] not in result["rank_pids"]
     assert np.all(np.diff(result["history"]) < 0)
 
 
-def test_torch_rank_failure_is_retried_and_resumed():
+def test_torch_rank_failure_is_retried_and_resumed(spark):
     pytest.importorskip("torch")
+    from torch_cluster_job import run
+
     # Rank 1 raises at epoch 2; Spark retries the whole barrier stage, which
     # resumes from the epoch-2 checkpoint and ends bit-identical.
-    result = run_job("torch_cluster_job.py", "local[2]", "fault")
+    result = run(spark, "fault")
     assert result["resumed_from"] == 2
     assert result["max_weight_difference"] == 0.0
     assert result["retried_history"] == result["history"]
 
 
-def test_torch_rank_killed_mid_epoch_resumes_at_the_next_unseen_batch():
+def test_torch_rank_killed_mid_epoch_resumes_at_the_next_unseen_batch(spark):
     pytest.importorskip("torch")
+    from torch_cluster_job import run
+
     # Rank 1's process is SIGKILLed before step 7 of epoch 2 (of 20 steps, with dropout);
     # the stage is retried from the checkpoint 5 steps into that epoch and ends as the
     # uninterrupted run: same weights and losses bit for bit, every row trained on exactly
     # once per epoch.
-    result = run_job("torch_cluster_job.py", "local[2]", "midepoch")
+    result = run(spark, "midepoch")
     assert result["steps_per_epoch"] == 20
     assert result["resumed_from"] == [1, 5]
     assert result["max_weight_difference"] == 0.0
@@ -67,11 +74,12 @@ def test_torch_rank_killed_mid_epoch_resumes_at_the_next_unseen_batch():
     assert result["rows_per_epoch"] == result["retried_rows_per_epoch"] == [result["rows"]] * 4
 
 
-def test_only_the_training_stage_holds_gpus_by_stage_level_scheduling():
+@pytest.mark.local_cluster("gpu_profile")
+def test_only_the_training_stage_holds_gpus_by_stage_level_scheduling(local_cluster):
     # Executors own one (fake) GPU each, tasks ask for none by default: the barrier
     # stage's TaskResourceProfile gives each task a GPU, the stage before holds none,
     # and the slot check counts GPU slots under that profile.
-    result = run_job("gpu_profile_job.py")
+    result = local_cluster("gpu_profile")
     assert result["profile"] and result["etl"] == ["", ""]
     assert result["training"] == ["0", "0"]
     assert "only 2 tasks of one GPU each (stage-level)" in result["too_many"]
@@ -87,11 +95,17 @@ def test_resident_tree_of_depth_three_survives_a_failed_node():
     np.testing.assert_array_equal(result["retried"], result["tree"])
 
 
+@pytest.fixture(scope="module")
+def memory_pressure():
+    # Both engines in one driver: its own cluster, with tiny storage memory.
+    return run_job("memory_pressure_job.py")
+
+
 @pytest.mark.parametrize("engine", ["python", "jvm"])
-def test_training_data_larger_than_storage_memory_spills_and_trains(engine):
-    result = run_job("memory_pressure_job.py", engine)
+def test_training_data_larger_than_storage_memory_spills_and_trains(memory_pressure, engine):
+    result = memory_pressure[engine]
     assert result["engine"] == engine
     # The blocks did not fit in the executors' storage memory: part went to disk.
     assert result["disk_bytes"] > 0
     # And the model is MLlib's (the driver collected nothing: maxResultSize=4m).
-    np.testing.assert_allclose(result["ours"], result["ref"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(result["ours"], memory_pressure["ref"], rtol=1e-4, atol=1e-5)

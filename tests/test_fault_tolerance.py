@@ -16,7 +16,6 @@ from gradspark.checkpoints import (ArrowCheckpointStore, CheckpointStore,
                                    CorruptCheckpointError, TrainingState)
 from gradspark.data.blocks import BINARY
 from gradspark.data.dataset import NumpyTrainingData
-from job_support import job_result
 
 HERE = os.path.dirname(__file__)
 
@@ -129,12 +128,10 @@ def _run_job(checkpoint_dir, output, **popen):
     )
 
 
-def test_driver_killed_mid_fit_resumes_to_the_same_model(tmp_path):
-    crashed_dir, clean_dir = tmp_path / "crashed", tmp_path / "clean"
-    # The uninterrupted reference, in its own driver process.
-    clean = _run_job(str(clean_dir), str(tmp_path / "clean.json"))
-    assert clean.wait(timeout=600) == 0, clean.stderr.read().decode()[-3000:]
+def test_driver_killed_mid_fit_resumes_to_the_same_model(spark, tmp_path):
+    from checkpoint_fit_job import fit
 
+    crashed_dir = tmp_path / "crashed"
     victim = _run_job(str(crashed_dir), str(tmp_path / "victim.json"), start_new_session=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -151,21 +148,20 @@ def test_driver_killed_mid_fit_resumes_to_the_same_model(tmp_path):
     again = _run_job(str(crashed_dir), str(tmp_path / "resumed.json"))
     assert again.wait(timeout=600) == 0, again.stderr.read().decode()[-3000:]
     resumed = json.loads((tmp_path / "resumed.json").read_text())
-    reference = json.loads((tmp_path / "clean.json").read_text())
+    # The uninterrupted reference: the same fit on this suite's session (local[2] as well).
+    reference = fit(spark, str(tmp_path / "clean"))
     assert resumed["resumed_from"] >= 9
     assert resumed["coefficients"] == reference["coefficients"]  # bit-identical
     assert resumed["intercept"] == reference["intercept"]
     assert resumed["history"] == reference["history"]
 
 
-def test_executor_killed_mid_fit_gives_the_same_model(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, os.path.join(HERE, "executor_loss_job.py"), str(tmp_path)],
-        capture_output=True, text=True, timeout=600,
-    )
-    result = job_result(proc)
+@pytest.mark.local_cluster("executor_loss")
+def test_executor_killed_mid_fit_gives_the_same_model(local_cluster):
+    result = local_cluster("executor_loss")
     assert result["executors_before_kill"] == 2
-    assert "Lost executor" in proc.stderr  # the kill really took an executor away
+    # The kill really took an executor away: the driver dropped it.
+    assert set(result["executor_ids_before"]) - set(result["executor_ids_after"])
     assert result["steps_total"] == 40
     assert result["equal"], result
 

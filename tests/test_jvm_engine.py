@@ -5,7 +5,6 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import gradspark_cached_rdds, make_df
-from job_support import run_job
 from gradspark.data.blocks import BINARY, CLASS_INDEX, REAL
 from gradspark.data.dataset import NumpyTrainingData
 from gradspark.data.validation import InvalidDataError
@@ -256,7 +255,8 @@ def test_a_jar_of_another_version_is_refused_by_name(spark):
         check_version(OldJar())
 
 
-def test_jar_reaches_separate_executor_jvms():
-    result = run_job("jvm_engine_cluster_job.py")
+@pytest.mark.local_cluster("jvm_kernels")
+def test_jar_reaches_separate_executor_jvms(local_cluster):
+    result = local_cluster("jvm_kernels")
     assert result["executors"] == 2 and result["jvm_pids"] >= 2
     np.testing.assert_allclose(result["ours"], result["ref"], rtol=1e-10)

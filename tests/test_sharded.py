@@ -18,7 +18,6 @@ from gradspark.optim import make_first_order
 from gradspark.trainer.shards import ShardLayout, join_states, slice_state
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.shard_server import ShardRule
-from job_support import run_job
 
 
 def objective(loss, d, k, fit_intercept, space="raw", seed=0):
@@ -159,8 +158,9 @@ def test_bad_shard_params_fail_before_training(hashed_rare):
                               parameterSpace="standardized").fit(hashed_rare)
 
 
-def test_killed_shard_is_restored_from_its_checkpoint_on_local_cluster():
-    result = run_job("sharded_cluster_job.py")
+@pytest.mark.local_cluster("sharded")
+def test_killed_shard_is_restored_from_its_checkpoint_on_local_cluster(local_cluster):
+    result = local_cluster("sharded")
     assert result["strategy"] == "sharded"
     np.testing.assert_allclose(result["sharded"], result["single"], rtol=0, atol=1e-9)
     np.testing.assert_allclose(result["sharded_history"], result["single_history"], rtol=1e-9)
