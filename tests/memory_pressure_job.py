@@ -9,7 +9,6 @@ each engine's blocks (Python and JVM). The driver may not collect the data:
 """
 
 import json
-import sys
 import threading
 
 from pyspark.ml.classification import LogisticRegression
