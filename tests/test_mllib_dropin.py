@@ -221,27 +221,47 @@ def test_bound_matrices_still_take_what_mllib_takes(spark):
     assert to_matrix([[0.0, 1.0]]) == bound
 
 
-@pytest.mark.parametrize("our_cls,mllib_model_cls,params", [
-    (SGDLogisticRegression, LogisticRegressionModel, dict(regParam=0.01)),
-    (SGDLinearRegression, LinearRegressionModel, dict(labelCol="real", regParam=0.1)),
-    (SGDLinearSVC, LinearSVCModel, dict(regParam=0.01)),
-], ids=["LogisticRegression", "LinearRegression", "LinearSVC"])
-def test_to_mllib_gives_mllibs_model_with_our_predictions(spark, dropin_data, tmp_path,
-                                                          our_cls, mllib_model_cls, params):
-    """toMLlib() is pyspark.ml's own class with our coefficients and uid; its JVM
-    transform equals ours (1e-12). Saved as an MLlib pipeline, it loads and scores in a
-    driver that never imports gradspark, with no Python on the executors."""
+EXPORTS = {
+    "LogisticRegression": (SGDLogisticRegression, LogisticRegressionModel, dict(regParam=0.01)),
+    "LinearRegression": (SGDLinearRegression, LinearRegressionModel,
+                         dict(labelCol="real", regParam=0.1)),
+    "LinearSVC": (SGDLinearSVC, LinearSVCModel, dict(regParam=0.01)),
+}
+
+
+@pytest.fixture(scope="module")
+def exports(spark, dropin_data, tmp_path_factory):
+    """Each estimator's fit and toMLlib() model, saved as an MLlib pipeline, and the
+    scores a driver that never imports gradspark gives the three (one job for all)."""
     from pyspark.ml import PipelineModel
     from pyspark.sql import functions as F
 
     from job_support import run_job
 
-    ours = our_cls(**params).fit(dropin_data)
-    exported = ours.toMLlib()
+    work = tmp_path_factory.mktemp("exports")
+    rows = dropin_data.withColumn("id", F.monotonically_increasing_id())
+    rows.write.parquet(str(work / "rows"))
+    fitted = {}
+    for name, (our_cls, _, params) in EXPORTS.items():
+        ours = our_cls(**params).fit(dropin_data)
+        fitted[name] = (ours, ours.toMLlib())
+        PipelineModel([fitted[name][1]]).save(str(work / name))
+    elsewhere = run_job("mllib_export_job.py", str(work / "rows"),
+                        *[str(work / name) for name in EXPORTS], timeout=300)
+    return rows, str(work / "rows"), fitted, elsewhere
+
+
+@pytest.mark.parametrize("name", list(EXPORTS))
+def test_to_mllib_gives_mllibs_model_with_our_predictions(spark, exports, tmp_path, name):
+    """toMLlib() is pyspark.ml's own class with our coefficients and uid; its JVM
+    transform equals ours (1e-12). Saved as an MLlib pipeline, it loads and scores in a
+    driver that never imports gradspark, with no Python on the executors."""
+    rows, rows_path, fitted, elsewhere = exports
+    mllib_model_cls = EXPORTS[name][1]
+    ours, exported = fitted[name]
     assert type(exported) is mllib_model_cls and exported.uid == ours.uid
     np.testing.assert_array_equal(exported.coefficients.toArray(), ours.coefficients.toArray())
     assert exported.intercept == ours.intercept
-    rows = dropin_data.withColumn("id", F.monotonically_increasing_id())
     columns = [c for c in ("prediction", "rawPrediction", "probability")
                if ours.hasParam(f"{c}Col")]
 
@@ -253,16 +273,12 @@ def test_to_mllib_gives_mllibs_model_with_our_predictions(spark, dropin_data, tm
     mine, theirs = scored(ours), scored(exported)
     for c in columns:
         np.testing.assert_allclose(theirs[c], mine[c], rtol=1e-12, atol=1e-12, err_msg=c)
-    PipelineModel([exported]).save(str(tmp_path / "pipeline"))
-    rows.write.parquet(str(tmp_path / "rows"))
-    result = run_job("mllib_export_job.py", str(tmp_path / "pipeline"), str(tmp_path / "rows"),
-                     timeout=300)
-    assert result["gradspark_imported"] is False
+    assert elsewhere["gradspark_imported"] is False
     for c in columns:
-        np.testing.assert_allclose(np.array(result[c], dtype=float), mine[c], rtol=1e-12,
-                                   atol=1e-12, err_msg=c)
+        np.testing.assert_allclose(np.array(elsewhere[name][c], dtype=float), mine[c],
+                                   rtol=1e-12, atol=1e-12, err_msg=c)
     with pytest.raises(Exception, match="already exists"):
-        ours.saveAsMLlib(str(tmp_path / "rows"))  # never replaces what is there
+        ours.saveAsMLlib(rows_path)  # never replaces what is there
     if mllib_model_cls is LinearRegressionModel:  # MLlib writes PMML for this one
         exported.write().format("pmml").save(str(tmp_path / "pmml"))
         pmml = spark.read.text(str(tmp_path / "pmml")).collect()
