@@ -90,9 +90,14 @@ def test_log_model_round_trips_a_pipeline_and_an_mllib_export(tracking, spark,
     pipeline = Pipeline(stages=[StandardScaler(inputCol="features", outputCol="scaled"),
                                 SGDLogisticRegression(featuresCol="scaled", maxIter=20)])
     fitted = pipeline.fit(df)
+    # Requirements given, as a user logging a library's model would: MLflow's inference
+    # of them reloads each model in a new Spark driver (~20 s each), which autolog's
+    # check above already exercises.
+    requirements = ["pyspark", "gradspark"]
     with mlflow.start_run() as run:
-        mlflow.spark.log_model(fitted, artifact_path="pipeline")
-        mlflow.spark.log_model(fitted.stages[-1].toMLlib(), artifact_path="mllib")
+        mlflow.spark.log_model(fitted, artifact_path="pipeline", pip_requirements=requirements)
+        mlflow.spark.log_model(fitted.stages[-1].toMLlib(), artifact_path="mllib",
+                               pip_requirements=["pyspark"])
     scaled = fitted.stages[0].transform(df).cache()
     want = fitted.stages[-1].transform(scaled).select("probability").collect()
     for name, frame in (("pipeline", df), ("mllib", scaled)):
