@@ -26,6 +26,7 @@ from gradspark.data.validation import InvalidDataError
 FEATURES = "__gradspark_features"
 LABEL = "__gradspark_label"
 HELD_OUT = "__gradspark_held_out"
+ROW_ORIGIN = "__gradspark_row_origin"
 
 
 def features_as_array(dataset: DataFrame, features_col: str) -> Column:
@@ -62,6 +63,21 @@ def training_columns(dataset: DataFrame, features_col: str, label_col: str,
                              f"column; found {kinds.get(validation_col, 'no such column')}")
         columns.append(F.coalesce(F.col(validation_col), F.lit(False)).alias(HELD_OUT))
     return dataset.select(*columns)
+
+
+def spread_over_ranks(columns: DataFrame, ranks: int) -> DataFrame:
+    """``columns`` in ``ranks`` partitions, each one's rows in one order on every run.
+
+    A shuffle's reader takes the map outputs in the order they arrive, which on
+    separate executors differs between runs and between the attempts of a retried
+    stage: a rank would then batch other rows than the uninterrupted run did, and a
+    rank resumed mid-epoch would skip some rows and repeat others. Each row carries
+    where it came from (its input partition and place there) through the shuffle,
+    and each rank reads its rows sorted by that. (The order is as deterministic as
+    the input's: a cached DataFrame or files are; an unsorted shuffle upstream is not.)
+    """
+    return (columns.withColumn(ROW_ORIGIN, F.monotonically_increasing_id())
+            .repartition(ranks).sortWithinPartitions(ROW_ORIGIN))
 
 
 def features_matrix(column: pa.Array, name: str, num_features: Optional[int] = None) -> np.ndarray:

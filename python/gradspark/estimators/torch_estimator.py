@@ -1,6 +1,7 @@
 """``TorchEstimator``: PyTorch DistributedDataParallel in one Spark barrier stage.
 
-``fit`` repartitions the data to ``numWorkers`` partitions and runs one
+``fit`` repartitions the data to ``numWorkers`` partitions (each rank's rows in
+one order on every run and attempt: ``spread_over_ranks``) and runs one
 barrier task per partition (``mapInArrow(..., barrier=True)``, so rows reach
 Python as Arrow batches). The tasks form a ``torch.distributed`` process
 group (:mod:`gradspark.neural.process_group`) and train with the batch schedule
@@ -34,7 +35,7 @@ from pyspark.sql import DataFrame
 
 from gradspark.checkpoints.epochs import EpochCheckpoints, normalize_directory
 from gradspark.connect import context_of
-from gradspark.data.columnar import training_columns
+from gradspark.data.columnar import spread_over_ranks, training_columns
 from gradspark.data.validation import InvalidDataError
 from gradspark.testing.faults import fault_plan
 from gradspark.integrations.tensorboard import tensorboard_run, write_torch_curves
@@ -221,7 +222,7 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         columns = training_columns(dataset, self.getFeaturesCol(), self.getLabelCol(),
                                    self.getValidationIndicatorCol())
         started = time.perf_counter()
-        stage = (columns.repartition(self.getNumWorkers())
+        stage = (spread_over_ranks(columns, self.getNumWorkers())
                  .mapInArrow(partition_trainer(spec), RESULT_SCHEMA, barrier=True,
                              profile=profile)
                  .repartition(1))
