@@ -29,8 +29,8 @@ from gradspark.testing.faults import ENVIRONMENT_VARIABLE  # noqa: E402
 
 MASTER = "local-cluster[2,1,1024]"
 # The executor kill last: afterwards the cluster runs on a relaunched executor.
-ORDER = ["fit", "jvm_kernels", "gpu_profile", "async", "sharded", "torch_ranks",
-         "executor_loss"]
+ORDER = ["fit", "jvm_kernels", "gpu_profile", "async", "sharded", "torch_fault",
+         "torch_midepoch", "executor_loss"]
 
 
 def fake_gpu_script() -> str:
@@ -69,7 +69,8 @@ def checks() -> dict:
     except ImportError:  # torch is optional
         pass
     else:
-        jobs["torch_ranks"] = lambda spark: torch_cluster_job.run(spark, "ranks")
+        jobs["torch_fault"] = lambda spark: torch_cluster_job.run(spark, "fault")
+        jobs["torch_midepoch"] = lambda spark: torch_cluster_job.run(spark, "midepoch")
     return jobs
 
 

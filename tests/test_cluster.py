@@ -37,36 +37,36 @@ def test_async_and_resident_on_local_cluster(local_cluster):
     assert result["stale_max_staleness"] <= 2
 
 
-@pytest.mark.local_cluster("torch_ranks")
+@pytest.mark.local_cluster("torch_fault")
 def test_torch_ranks_run_in_separate_executors(local_cluster):
     pytest.importorskip("torch")
-    result = local_cluster("torch_ranks")
+    result = local_cluster("torch_fault")
     # Two DDP ranks in two executor processes (gloo over loopback), not the driver.
     assert len(set(result["rank_pids"])) == 2 and result["driver_pid"] not in result["rank_pids"]
     assert np.all(np.diff(result["history"]) < 0)
 
 
-def test_torch_rank_failure_is_retried_and_resumed(spark):
+@pytest.mark.local_cluster("torch_fault")
+def test_torch_rank_failure_is_retried_and_resumed(local_cluster):
     pytest.importorskip("torch")
-    from torch_cluster_job import run
-
     # Rank 1 raises at epoch 2; Spark retries the whole barrier stage, which
-    # resumes from the epoch-2 checkpoint and ends bit-identical.
-    result = run(spark, "fault")
+    # resumes from the epoch-2 checkpoint and ends bit-identical. (On separate
+    # executors the shuffle that spreads rows over the ranks delivers them in
+    # another order each attempt; the ranks sort them back: spread_over_ranks.)
+    result = local_cluster("torch_fault")
     assert result["resumed_from"] == 2
     assert result["max_weight_difference"] == 0.0
     assert result["retried_history"] == result["history"]
 
 
-def test_torch_rank_killed_mid_epoch_resumes_at_the_next_unseen_batch(spark):
+@pytest.mark.local_cluster("torch_midepoch")
+def test_torch_rank_killed_mid_epoch_resumes_at_the_next_unseen_batch(local_cluster):
     pytest.importorskip("torch")
-    from torch_cluster_job import run
-
     # Rank 1's process is SIGKILLed before step 7 of epoch 2 (of 20 steps, with dropout);
     # the stage is retried from the checkpoint 5 steps into that epoch and ends as the
     # uninterrupted run: same weights and losses bit for bit, every row trained on exactly
     # once per epoch.
-    result = run(spark, "midepoch")
+    result = local_cluster("torch_midepoch")
     assert result["steps_per_epoch"] == 20
     assert result["resumed_from"] == [1, 5]
     assert result["max_weight_difference"] == 0.0

@@ -1,10 +1,9 @@
-"""TorchEstimator's DDP ranks in two executor processes ("ranks", run by
-local_cluster_jobs.py), and on the suite's local[2] session a rank that fails
-mid-training, retried by Spark and resumed from the epoch checkpoint ("fault"), or
-SIGKILLed mid-epoch and resumed from a step checkpoint at the next unseen batch
-("midepoch"). Alone it prints RESULT <json>.
+"""TorchEstimator's DDP ranks in two executor processes (run by local_cluster_jobs.py):
+a rank that fails mid-training, retried by Spark and resumed from the epoch
+checkpoint ("fault"), or SIGKILLed mid-epoch and resumed from a step checkpoint at
+the next unseen batch ("midepoch"). Alone it prints RESULT <json>.
 
-Usage: torch_cluster_job.py MASTER (ranks | fault | midepoch)"""
+Usage: torch_cluster_job.py MASTER (fault | midepoch)"""
 
 import json
 import os
@@ -51,9 +50,6 @@ def run(spark, variant: str) -> dict:
               "history": straight.summary.lossHistory, "rows": train.count(),
               "steps_per_epoch": straight.summary.stepsPerEpoch,
               "rows_per_epoch": straight.summary.rowsPerEpoch}
-    if variant == "ranks":
-        train.unpersist()
-        return result
     # "fault": rank 1 raises at epoch 2; "midepoch": rank 1 SIGKILLed before step 7 of
     # the second epoch.
     fault = {"fail_partition": 1, "fail_step": 1, "fail_batch": 7, "kill": True} \
