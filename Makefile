@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml $(wildcard scala/src/main/scala/io/gradspark/kernels/*.
 demo: $(STAMP)
 	$(PY) examples/train_logistic.py
 
+# Two pytest-xdist workers: a fit's critical path is serial (Python -> JVM -> tasks ->
+# back), so one worker leaves a core idle; groups keep shared servers on one worker
+# (tests/conftest.py).
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 tests
 
 # A standalone master + 2 workers on loopback, a spark-submit job, then stop.
 cluster-test: $(STAMP)

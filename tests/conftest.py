@@ -13,6 +13,8 @@ import pytest
 # Executors must run the same interpreter (and so see the same packages) as the driver.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Every JVM the suite starts, here or in a job's subprocess, reads spark-conf/ (why: there).
+os.environ.setdefault("SPARK_CONF_DIR", os.path.join(os.path.dirname(__file__), "spark-conf"))
 
 from pyspark.ml.linalg import Vectors  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
@@ -41,12 +43,62 @@ def pytest_configure(config):
         "local_cluster_jobs.py, run with the other selected ones in one local-cluster driver")
 
 
+#: Groups of tests that start servers or clusters on fixed ports, or share one costly
+#: fixture: pytest-xdist (``make test``: ``-n 2``) runs each group on one worker.
+SHARED_RESOURCES = {
+    "test_standalone_cluster": "clusters", "test_netns_bed": "clusters",
+    "test_containers": "clusters",
+    "test_connect": "connect",  # a local Connect server listens on Spark's fixed port
+}
+#: The modules whose tests read the one local-cluster driver (``local_cluster``).
+LOCAL_CLUSTER_MODULES = ("test_cluster", "test_fault_tolerance", "test_jvm_engine",
+                         "test_sharded")
+#: The longest groups, started first so that the two workers end together.
+LONGEST_FIRST = ("local_cluster", "clusters", "test_cli", "test_examples", "connect")
+
+
+def group_of(nodeid: str) -> str:
+    """A test's group, from its node id alone (xdist's controller sees only ids)."""
+    path, _, name = nodeid.partition("::")
+    module = os.path.splitext(os.path.basename(path))[0]
+    if module in LOCAL_CLUSTER_MODULES:
+        return "local_cluster"
+    if "spark_connect" in name:
+        return "connect"  # the CLI's run on a local Connect server
+    return SHARED_RESOURCES.get(module, module)
+
+
 def pytest_collection_modifyitems(config, items):
-    """The local-cluster checks the selected tests read, in local_cluster_jobs.py's order."""
+    """The local-cluster checks the selected tests read, in local_cluster_jobs.py's order;
+    the tests ordered longest group first (the order xdist hands groups out in)."""
     from local_cluster_jobs import ORDER
 
     wanted = {m.args[0] for item in items for m in item.iter_markers("local_cluster")}
     config.local_cluster_checks = [name for name in ORDER if name in wanted]
+    strays = [item.nodeid for item in items if item.get_closest_marker("local_cluster")
+              and group_of(item.nodeid) != "local_cluster"]
+    if strays:
+        raise pytest.UsageError(f"add their modules to LOCAL_CLUSTER_MODULES: {strays}")
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))  # stable
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # plain pytest runs one process; nothing to schedule
+    pass
+else:
+    class GroupScheduling(LoadScopeScheduling):
+        """Each group (:func:`group_of`) on one worker, in collection order. xdist's
+        own ``loadgroup`` cannot be used: it renames ``item._nodeid``, which pytest 9
+        no longer reads."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    def pytest_xdist_make_scheduler(config, log):
+        config.option.loadscopereorder = False  # keep the longest groups first
+        return GroupScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
