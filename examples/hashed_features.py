@@ -8,7 +8,7 @@ fits gradspark's and MLlib's logistic regression with the same Params. Only a
 few thousand of the 2^20 buckets ever occur: gradspark trains on those
 (``summary.extra["trainedFeatures"]``) and returns a 2^20-wide model.
 
-    python examples/hashed_features.py [--rows 50000] [--master local[2]]
+    python examples/hashed_features.py [--rows 50000] [--bits 20] [--master local[2]]
 """
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ def clicks(spark, rows: int, seed: int = 5):
 
 
 def main() -> None:
-    args = arguments(__doc__, rows=50_000)
+    args = arguments(__doc__, rows=50_000, bits=20)
     spark = session(args.master, "gradspark-hashed-features")
     train, test = clicks(spark, args.rows).randomSplit([0.8, 0.2], seed=1)
     train.cache()
     hasher = FeatureHasher(inputCols=list(CATEGORIES), outputCol="features",
-                           numFeatures=1 << 20)
+                           numFeatures=1 << args.bits)
     # to convergence: the two L-BFGS implementations then agree on every coefficient
     params = dict(regParam=1e-3, standardization=False, maxIter=1000, tol=1e-10)
     auc = BinaryClassificationEvaluator(metricName="areaUnderROC")

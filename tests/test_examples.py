@@ -32,7 +32,8 @@ ARGUMENTS = {
     "async_training.py": "--rows 4000",
     "checkpoint_resume.py": "--rows 4000",
     "torch_mlp.py": "--rows 3000 --epochs 4",
-    "hashed_features.py": "--rows 6000",
+    # 2^16 buckets: MLlib's L-BFGS moves dense 2^20 arrays for 90 steps (50 s here)
+    "hashed_features.py": "--rows 6000 --bits 16",
 }
 
 
@@ -103,8 +104,8 @@ def test_torch_mlp(examples):
 def test_hashed_features(examples):
     result = examples("hashed_features.py")
     ours, mllib = result["gradspark"], result["mllib"]
-    assert ours["num_features"] == mllib["num_features"] == 1 << 20
-    assert 0 < ours["trained_features"] < 20000  # the buckets that occur, not 2^20
+    assert ours["num_features"] == mllib["num_features"] == 1 << 16
+    assert 0 < ours["trained_features"] < 20000  # the buckets that occur, not 2^16
     assert result["gradspark_zero_where_mllib_zero"]
     assert result["max_coefficient_gap"] < 1e-3
     assert abs(ours["test_auc"] - mllib["test_auc"]) < 0.005
