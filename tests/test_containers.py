@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,7 +139,9 @@ def test_a_containerized_cluster_trains_and_the_host_loads_its_model(cluster, sp
 
     from gradspark import SGDLogisticRegressionModel
 
-    assert cluster["master_log"].count("Registering worker") == 2
+    # two worker containers; on a loaded machine a worker may time out and register again
+    registered = set(re.findall(r"Registering worker ([^\s:]+):", cluster["master_log"]))
+    assert len(registered) == 2, cluster["master_log"][-3000:]
     assert cluster["result"]["master"].startswith("spark://gs-master-")
     model = PipelineModel.load(os.path.join(cluster["data"], "model"))
     assert isinstance(model.stages[-1], SGDLogisticRegressionModel)
