@@ -116,3 +116,134 @@ def test_schedules():
     assert np.isclose(learning_rate("cosine", 1.0, 50, 100), 0.5)
     with pytest.raises(ValueError):
         learning_rate("exponential", 1.0, 0, 10)
+
+
+# -- lazy updates on sparse gradients ---------------------------------------------------
+
+def sparse_data_gradients(steps, d, seed=0):
+    """Per step, a data gradient touching a random third of the coordinates (the last one,
+    an unpenalized 'intercept', every step)."""
+    rng = np.random.default_rng(seed)
+    grads = rng.normal(size=(steps, d)) * (rng.random((steps, d)) < 1 / 3)
+    grads[:, -1] = rng.normal(size=steps)
+    return grads
+
+
+def lazy_reference(kind, data_grads, theta0, l2, l1, lr, beta1=0.9, beta2=0.999, eps=None):
+    """The lazy rules of gradspark.optim.first_order, coordinate by coordinate in plain
+    Python: a touched coordinate takes the textbook step with the full gradient; an
+    untouched one decays by lr * l2 * s (and shrinks by lr * s * l1), s its last step
+    size per unit lr, 0 before its first touch."""
+    eps = (1e-8 if kind == "adam" else 1e-10) if eps is None else eps
+    d = len(theta0)
+    w = [float(x) for x in theta0]
+    m, v, s = [0.0] * d, [0.0] * d, [0.0] * d
+    for t, data in enumerate(data_grads, start=1):
+        for j in range(d):
+            if data[j] == 0.0:
+                x = max(0.0, 1.0 - lr * l2[j] * s[j]) * w[j]
+                w[j] = float(np.sign(x)) * max(abs(x) - lr * s[j] * l1[j], 0.0)
+                continue
+            g = data[j] + l2[j] * w[j]
+            if kind == "adam":
+                m[j] = beta1 * m[j] + (1 - beta1) * g
+                v[j] = beta2 * v[j] + (1 - beta2) * g * g
+                direction = m[j] / (1 - beta1 ** t)
+                s[j] = 1.0 / ((v[j] / (1 - beta2 ** t)) ** 0.5 + eps)
+            else:
+                v[j] += g * g
+                direction, s[j] = g, 1.0 / (v[j] ** 0.5 + eps)
+            x = w[j] - lr * s[j] * direction
+            w[j] = float(np.sign(x)) * max(abs(x) - lr * s[j] * l1[j], 0.0)
+    return np.array(w)
+
+
+@pytest.mark.parametrize("kind,make", [("adam", Adam), ("adagrad", Adagrad)])
+@pytest.mark.parametrize("l1", [0.0, 0.01])
+def test_lazy_optimizers_follow_the_per_coordinate_rules(kind, make, l1):
+    d, steps, lr = 7, 60, 0.05
+    l2 = np.array([0.3, 0.1, 0.5, 0.0, 0.2, 0.4, 0.0])
+    l1s = np.full(d, l1)
+    l1s[-1] = 0.0
+    data = sparse_data_gradients(steps, d)
+    theta0 = np.linspace(-0.5, 0.5, d)
+    opt = make(l2=l2)
+    theta, state = theta0.copy(), opt.init(theta0)
+    for g in data:
+        theta, state = opt.update(theta, g + l2 * theta, state, lr, l1s)
+    expected = lazy_reference(kind, data, theta0, l2, l1s, lr)
+    np.testing.assert_allclose(theta, expected, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("make", [Adam, Adagrad])
+def test_lazy_rules_are_the_dense_ones_on_dense_gradients(make):
+    """Every coordinate touched every step: the lazy rule is the dense rule, bit for bit
+    (FTRL's lazy L2 is the paper's closed form, another formula: its own test below)."""
+    rng = np.random.default_rng(5)
+    l2 = np.full(6, 0.2)
+    dense, lazy = make(), make(l2=l2)
+    a = b = np.zeros(6)
+    sa, sb = dense.init(a), lazy.init(b)
+    for _ in range(30):
+        grad = Q.T @ (Q @ a - Y) + rng.normal(scale=0.1, size=6) + l2 * a
+        a, sa = dense.update(a, grad, sa, 0.05, np.full(6, 0.01))
+        b, sb = lazy.update(b, grad, sb, 0.05, np.full(6, 0.01))
+        assert np.array_equal(a, b)
+
+
+def test_lazy_adam_leaves_a_rare_feature_where_its_sighting_put_it():
+    """Seen once: dense Adam's momentum keeps pushing the weight for many steps (the
+    reason for lazy rules); lazy Adam moves it once and only the L2 decay follows."""
+    l2 = np.array([1e-3, 0.0])
+    grads = [np.array([1.0, 0.5])] + [np.array([0.0, 0.5])] * 40
+    dense, lazy = Adam(), Adam(l2=l2)
+    a = b = np.zeros(2)
+    sa, sb = dense.init(a), lazy.init(b)
+    lazy_path = []
+    for g in grads:
+        a, sa = dense.update(a, g + l2 * a, sa, 0.01, np.zeros(2))
+        b, sb = lazy.update(b, g + l2 * b, sb, 0.01, np.zeros(2))
+        lazy_path.append(b[0])
+    assert lazy_path[0] == pytest.approx(-0.01)  # Adam's first step is lr in size
+    assert all(abs(y) <= abs(x) for x, y in zip(lazy_path, lazy_path[1:]))  # decay only
+    assert abs(lazy_path[-1]) > 0.9 * 0.01
+    assert a[0] < -5 * 0.01  # dense: 40 more steps of the sighting's momentum
+
+
+def ftrl_l2_reference(grad_fn, theta0, lr, beta, lambda1, lambda2, steps):
+    """Algorithm 1 of McMahan et al. (2013) with the paper's lambda2, per coordinate,
+    penalties growing as t * lambda (one mean gradient per step)."""
+    d = len(theta0)
+    w = list(theta0)
+    z = [-(beta / lr) * w[i] for i in range(d)]
+    n = [0.0] * d
+    for t in range(1, steps + 1):
+        g = grad_fn(np.array(w))
+        for i in range(d):
+            sigma = ((n[i] + g[i] ** 2) ** 0.5 - n[i] ** 0.5) / lr
+            z[i] += g[i] - sigma * w[i]
+            n[i] += g[i] ** 2
+        for i in range(d):
+            threshold = t * lambda1[i]
+            if abs(z[i]) <= threshold:
+                w[i] = 0.0
+            else:
+                w[i] = -(z[i] - np.sign(z[i]) * threshold) / (
+                    (beta + n[i] ** 0.5) / lr + t * lambda2[i])
+    return np.array(w)
+
+
+def test_lazy_ftrl_is_the_papers_lambda2_and_solves_the_elastic_net():
+    l2 = np.array([0.5] * 5 + [0.0])
+    l1 = np.array([LAM] * 5 + [0.0])
+    theta0 = np.array([0.5, 0.0, -0.2, 0.0, 0.0, 0.3])
+    opt = FTRL(beta=0.5, l2=l2)
+    theta, state = theta0.copy(), opt.init(theta0)
+    for _ in range(40):
+        theta, state = opt.update(theta, lasso_smooth(theta)[1] + l2 * theta, state, 0.3, l1)
+    expected = ftrl_l2_reference(lambda x: lasso_smooth(x)[1], theta0, 0.3, 0.5, l1, l2, 40)
+    np.testing.assert_allclose(theta, expected, rtol=1e-12, atol=1e-15)
+    for _ in range(4000):
+        theta, state = opt.update(theta, lasso_smooth(theta)[1] + l2 * theta, state, 0.3, l1)
+    # orthonormal design: the elastic net's solution is soft_threshold(Q^T y, l1) / (1 + l2)
+    np.testing.assert_allclose(theta, soft_threshold(Q.T @ Y, l1) / (1 + l2), atol=1e-4)

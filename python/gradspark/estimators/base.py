@@ -273,7 +273,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                                    training_rows, history)
         if continues:
             model._training_state = TrainingState(
-                step=result.iterations, theta=result.theta,
+                step=result.iterations, theta=result.iterate,
                 optimizer_state=result.optimizer_state,
                 history=np.asarray(result.objective_history), converged=result.converged,
                 meta=identity)

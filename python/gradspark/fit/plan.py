@@ -39,6 +39,7 @@ Async mode and parameter-server shards always run resident Python workers.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -46,7 +47,7 @@ from gradspark.comm.compression import Compression
 from gradspark.connect import is_connect
 from gradspark.data.blocks import SPARSE_DENSITY
 from gradspark.data.statistics import DataStatistics
-from gradspark.fit.rules import check_params
+from gradspark.fit.rules import averaging_supported, check_params, has_l1
 from gradspark.jvm.loader import jvm_kernels_available, load_kernels
 from gradspark.params import SGDParams
 from gradspark.stages.slots import resident_stage_running, task_slots
@@ -148,6 +149,21 @@ def plan_data(params: SGDParams, dataset) -> DataPlan:
     return DataPlan("jvm" if jvm_kernels_available(dataset.sparkSession) else "python")
 
 
+def averaging_start(params: SGDParams) -> Optional[int]:
+    """``iterateAveraging`` resolved: the update after which iterates are averaged (the
+    end of the first pass, or half of maxIter if that comes first), or None."""
+    choice = params.getIterateAveraging()
+    if choice == "none":
+        return None
+    fraction = params.getMiniBatchFraction()
+    if choice == "auto" and not (
+            params.getOptimizer() in ("sgd", "adagrad", "adam") and fraction < 1.0
+            and averaging_supported(params) and not has_l1(params)
+            and not params.getValidationIndicatorCol()):
+        return None
+    return min(math.ceil(1.0 / fraction), params.getMaxIter() // 2)
+
+
 def trainer_config(params: SGDParams) -> Union[SyncConfig, AsyncConfig]:
     """The trainer's settings from the Params."""
     common = dict(
@@ -158,6 +174,7 @@ def trainer_config(params: SGDParams) -> Union[SyncConfig, AsyncConfig]:
         schedule=params.getLearningRateSchedule(),
         momentum=params.getMomentum(),
         nesterov=params.getNesterov(),
+        lazy_updates=params.getLazyUpdates(),
         label=type(params).__name__,
     )
     if params.getMode() == "async" or params.getParameterServers():
@@ -171,7 +188,8 @@ def trainer_config(params: SGDParams) -> Union[SyncConfig, AsyncConfig]:
                            delay_compensation=params.getDelayCompensation(),
                            adaptive_compensation=params.getAdaptiveCompensation(),
                            **common)
-    return SyncConfig(local_steps=params.getLocalSteps(), **common)
+    return SyncConfig(local_steps=params.getLocalSteps(), average_after=averaging_start(params),
+                      **common)
 
 
 def plan_fit(params: SGDParams, data_plan: DataPlan, sc, data) -> FitPlan:

@@ -60,8 +60,29 @@ def _validate_communication(params: SGDParams) -> None:
                          "node's answer carries its whole subtree")
 
 
+def has_l1(params: SGDParams) -> bool:
+    return (params.hasParam("elasticNetParam") and params.getRegParam() > 0
+            and params.getElasticNetParam() > 0)
+
+
+def averaging_supported(params: SGDParams) -> bool:
+    """Iterate averaging runs in the driver's sync trainer, one optimizer step per step."""
+    return (params.getMode() == "sync" and not params.getParameterServers()
+            and params.getLocalSteps() == 1)
+
+
 def check_params(params: SGDParams) -> None:
     """Raise ValueError on Param combinations that cannot train correctly."""
+    if params.getIterateAveraging() == "tail":
+        if params.getOptimizer() == "lbfgs":
+            raise ValueError("iterateAveraging='tail' averages first-order steps; "
+                             "optimizer='lbfgs' has none (use " + FIRST_ORDER + ")")
+        if not averaging_supported(params):
+            raise ValueError("iterateAveraging='tail' needs sync mode with localSteps=1 and "
+                             "no parameterServers (the driver's sync trainer averages)")
+        if params.getValidationIndicatorCol():
+            raise ValueError("iterateAveraging='tail' and validationIndicatorCol each choose "
+                             "the returned weights; set one of them")
     if params.getValidationIndicatorCol():
         if params.getMode() == "async" or params.getParameterServers() \
                 or params.getLocalSteps() > 1:

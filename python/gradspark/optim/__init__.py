@@ -7,13 +7,15 @@ proximal (soft-threshold) step. L-BFGS is full-batch and lives in
 :mod:`gradspark.optim.lbfgs`.
 """
 
+from gradspark.optim.averaging import TailAverage, averaged_weights
 from gradspark.optim.first_order import (
-    FTRL, Adagrad, Adam, SGD, make_first_order, soft_threshold,
+    DEFAULT_STEP_SIZES, FTRL, SGD, Adagrad, Adam, make_first_order, soft_threshold,
 )
 from gradspark.optim.lbfgs import minimize_lbfgs
 from gradspark.optim.schedules import learning_rate
 
 __all__ = [
     "SGD", "Adagrad", "Adam", "FTRL", "make_first_order", "soft_threshold",
+    "DEFAULT_STEP_SIZES", "TailAverage", "averaged_weights",
     "minimize_lbfgs", "learning_rate",
 ]

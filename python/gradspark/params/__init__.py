@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 
-from pyspark.ml.param.shared import HasSeed, HasStepSize
+from pyspark.ml.param.shared import HasSeed
 
 from gradspark.params.choices import (BATCH_SIZINGS, ENGINES, FIRST_ORDER, MODES, OPTIMIZERS,
                                       PARAMETER_SPACES, SCHEDULES, STALE_GRADIENT_POLICIES,
@@ -31,7 +31,6 @@ __all__ = [
 
 
 class SGDParams(
-    HasStepSize,
     HasMiniBatchFraction,
     HasOptimizer,
     HasMode,
@@ -53,12 +52,13 @@ class SGDParams(
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(
-            stepSize=0.1,
             miniBatchFraction=1.0,
             optimizer="lbfgs",
             learningRateSchedule="constant",
             momentum=0.0,
             nesterov=False,
+            lazyUpdates=True,
+            iterateAveraging="auto",
             parameterSpace="auto",
             mode="sync",
             maxStaleness=2,

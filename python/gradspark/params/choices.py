@@ -8,6 +8,7 @@ OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam", "ftrl")
 FIRST_ORDER = "'sgd', 'adagrad', 'adam' or 'ftrl'"  # for messages
 PARAMETER_SPACES = ("auto", "standardized", "raw")
 SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")
+AVERAGINGS = ("auto", "none", "tail")
 MODES = ("sync", "async")
 STALE_GRADIENT_POLICIES = ("none", "scale", "compensate")
 ENGINES = ("auto", "python", "jvm")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pyspark.ml.param import Param, Params, TypeConverters
 
-from gradspark.params.choices import OPTIMIZERS, PARAMETER_SPACES, SCHEDULES, _one_of
+from gradspark.optim.first_order import DEFAULT_STEP_SIZES
+from gradspark.params.choices import (AVERAGINGS, OPTIMIZERS, PARAMETER_SPACES, SCHEDULES,
+                                      _one_of)
 
 
 class HasMiniBatchFraction(Params):
@@ -21,6 +23,15 @@ class HasMiniBatchFraction(Params):
 
 
 class HasOptimizer(Params):
+    # MLlib's HasStepSize has one default for every use; here the right step differs by
+    # optimizer by an order of magnitude, so an unset stepSize is the optimizer's own.
+    stepSize: Param[float] = Param(
+        Params._dummy(),
+        "stepSize",
+        "step size of the first-order optimizers (> 0); not set: the optimizer's default ("
+        + ", ".join(f"{k} {v}" for k, v in DEFAULT_STEP_SIZES.items()) + ")",
+        typeConverter=TypeConverters.toFloat,
+    )
     optimizer: Param[str] = Param(
         Params._dummy(),
         "optimizer",
@@ -46,6 +57,26 @@ class HasOptimizer(Params):
         "use Nesterov momentum with optimizer='sgd'",
         typeConverter=TypeConverters.toBoolean,
     )
+    iterateAveraging: Param[str] = Param(
+        Params._dummy(),
+        "iterateAveraging",
+        "the model of a mini-batch fit: 'tail' is the running average of the weights "
+        "after the first pass over the data (or over the second half of maxIter, if "
+        "shorter), which cancels most of the mini-batch noise; 'none' the last weights; "
+        "'auto': tail for sgd, adagrad and adam with miniBatchFraction < 1, sync mode and "
+        "no L1 penalty (averaging fills in L1's zeros), none otherwise (FTRL's weights are "
+        "already a dual average)",
+        typeConverter=_one_of("iterateAveraging", AVERAGINGS),
+    )
+    lazyUpdates: Param[bool] = Param(
+        Params._dummy(),
+        "lazyUpdates",
+        "adagrad, adam and ftrl update the moments and take the step of a coordinate only "
+        "when a mini-batch's data touches it; untouched coordinates decay by their L2 "
+        "penalty alone (the same objective; see gradspark.optim.first_order). False: the "
+        "dense textbook rules, every coordinate every step. The same on dense data",
+        typeConverter=TypeConverters.toBoolean,
+    )
     parameterSpace: Param[str] = Param(
         Params._dummy(),
         "parameterSpace",
@@ -55,6 +86,15 @@ class HasOptimizer(Params):
         "sparse data (fewer than half the entries stored), standardized otherwise",
         typeConverter=_one_of("parameterSpace", PARAMETER_SPACES),
     )
+
+    def getStepSize(self) -> float:
+        """``stepSize``, or the optimizer's default when it is not set."""
+        if self.isDefined(self.stepSize):
+            return self.getOrDefault(self.stepSize)
+        return DEFAULT_STEP_SIZES.get(self.getOptimizer(), DEFAULT_STEP_SIZES["sgd"])
+
+    def getIterateAveraging(self) -> str:
+        return self.getOrDefault(self.iterateAveraging)
 
     def getOptimizer(self) -> str:
         return self.getOrDefault(self.optimizer)
@@ -67,6 +107,9 @@ class HasOptimizer(Params):
 
     def getNesterov(self) -> bool:
         return self.getOrDefault(self.nesterov)
+
+    def getLazyUpdates(self) -> bool:
+        return self.getOrDefault(self.lazyUpdates)
 
     def getParameterSpace(self) -> str:
         return self.getOrDefault(self.parameterSpace)

@@ -39,7 +39,7 @@ from gradspark.comm.compression import Compression, Encoded
 from gradspark.data.blocks import Block
 from gradspark.engine.sums import GradientSums, add_sums
 from gradspark.engine.worker_step import WorkerStep, scalars_of
-from gradspark.optim import learning_rate, make_first_order
+from gradspark.optim import learning_rate
 from gradspark.rpc import ParameterClient, ParameterServer
 from gradspark.rpc.endpoint import driver_endpoint
 from gradspark.rpc.security import spark_encrypts
@@ -94,7 +94,7 @@ class AsyncTraining:
         self.config = config
         self.checkpoints = checkpoints
         self.progress = progress or Progress(config.max_iter, config.label)
-        self.optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
+        self.optimizer = config.first_order(objective.l2)
         book = StepBook.open(self.optimizer, theta, resumed)
         self.theta, self.state, self.history = book.theta, book.state, book.history
         self.converged, self.resumed_from, start = book.converged, book.resumed_from, book.step

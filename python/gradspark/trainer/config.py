@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from gradspark.comm.compression import Compression
+from gradspark.optim import TailAverage, make_first_order
 
 
 @dataclass
@@ -20,9 +21,22 @@ class SyncConfig:
     schedule: str = "constant"
     momentum: float = 0.0
     nesterov: bool = False
+    lazy_updates: bool = True  # see gradspark.optim.first_order
+    average_after: Optional[int] = None  # average the iterates after this update (sync only)
     label: str = "gradspark"
     local_steps: int = 1  # > 1: local SGD on resident workers (gradspark.trainer.local_sgd)
     faults: object = None  # test-only fault injection (gradspark.testing.faults)
+
+    def first_order(self, l2: Optional[np.ndarray] = None):
+        """The configured first-order optimizer. Given the per-parameter ``l2`` of the
+        parameters it updates, and with ``lazy_updates``, Adagrad, Adam and FTRL are lazy
+        (:mod:`gradspark.optim.first_order`); their gradients must then be ``data + l2 *
+        theta`` as :meth:`LinearObjective.add_l2` forms them."""
+        optimizer = make_first_order(self.optimizer, self.momentum, self.nesterov,
+                                     l2 if self.lazy_updates else None)
+        if self.average_after is None:
+            return optimizer
+        return TailAverage(optimizer, self.average_after)
 
 
 @dataclass
@@ -34,6 +48,12 @@ class TrainingResult:
     resumed_from: Optional[int] = None  # checkpoint step the fit continued from
     metrics: Dict[str, Any] = field(default_factory=dict)  # mode-specific (async: staleness, ...)
     optimizer_state: Dict[str, np.ndarray] = field(default_factory=dict)  # first-order, at the end
+    last_iterate: Optional[np.ndarray] = None  # where the steps ended, when theta is an average
+
+    @property
+    def iterate(self) -> np.ndarray:
+        """The weights the optimizer's state belongs to (a continued fit starts there)."""
+        return self.theta if self.last_iterate is None else self.last_iterate
 
 
 @dataclass

@@ -39,7 +39,7 @@ from gradspark.checkpoints import TrainingCheckpoints
 from gradspark.engine.resident import ResidentGradientEngine
 from gradspark.engine.rounds import Answer, RoundCode
 from gradspark.engine.worker_step import WorkerStep
-from gradspark.optim import learning_rate, make_first_order
+from gradspark.optim import learning_rate
 from gradspark.trainer.objective import LinearObjective
 from gradspark.integrations.progress import Progress
 from gradspark.trainer.sync import SyncConfig, TrainingResult, check_finite, small_step
@@ -111,7 +111,8 @@ def train_local_sgd(
     ``engine`` must be started with ``respond=LocalSGDResponse.of(objective, config)``.
     """
     k = config.local_steps
-    optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
+    # dense: a pseudo-gradient (averaged local moves) is not data + l2 * theta
+    optimizer = config.first_order()
     book = StepBook.open(optimizer, theta0, checkpoints.resume_state() if checkpoints else None)
     theta, state, step, converged = book.theta, book.state, book.step, book.converged
     history, rounds = book.history, 0

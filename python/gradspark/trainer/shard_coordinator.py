@@ -14,7 +14,6 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from gradspark.checkpoints import CheckpointWriteError
-from gradspark.optim import make_first_order
 from gradspark.rpc import ParameterServer
 from gradspark.trainer.config import AsyncConfig
 from gradspark.trainer.clock import StalenessClock
@@ -59,7 +58,7 @@ class Coordinator:
         self.layout, self.config, self.checkpoints = layout, config, checkpoints
         self.num_workers, self.num_shards = num_workers, layout.num_shards
         self.progress = progress or Progress(config.max_iter, config.label)
-        self.optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
+        self.optimizer = config.first_order(objective.l2)  # its states' layout
         self.bulk_synchronous = config.max_staleness == 0
         book = StepBook.open(self.optimizer, theta, resumed)
         self.state_template = self.optimizer.init(np.array(theta, dtype=np.float64))

@@ -15,7 +15,7 @@ from typing import Dict
 
 import numpy as np
 
-from gradspark.optim import learning_rate, make_first_order
+from gradspark.optim import learning_rate
 from gradspark.trainer.config import AsyncConfig
 from gradspark.trainer.objective import LinearObjective
 from gradspark.trainer.shards import ShardLayout, pack_state
@@ -124,7 +124,7 @@ class ShardTraining:
                  theta: np.ndarray, state, report, checkpoint_interval: int = 0) -> None:
         self.rule = rule
         self.config = config
-        self.optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
+        self.optimizer = config.first_order(rule.l2)
         self.theta, self.state = theta, state
         self.report = report
         self.checkpoint_interval = checkpoint_interval

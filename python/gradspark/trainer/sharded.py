@@ -45,7 +45,6 @@ import numpy as np
 from gradspark.checkpoints import TrainingCheckpoints
 from gradspark.comm.compression import Encoded
 from gradspark.engine.worker_step import WorkerStep, scalars_of
-from gradspark.optim import make_first_order
 from gradspark.rpc import ParameterClient, ParameterServer
 from gradspark.rpc.endpoint import driver_endpoint
 from gradspark.rpc.security import spark_encrypts
@@ -144,8 +143,7 @@ def sharded_task(address, secret: bytes, objective: LinearObjective, layout: Sha
                 clients.append(reporter)
                 start = reporter.pull()
                 rule = rules[shard]
-                optimizer = make_first_order(config.optimizer, config.momentum,
-                                             config.nesterov)
+                optimizer = config.first_order(rule.l2)
                 theta, state = unpack_state(start.vector, optimizer.init(np.zeros(rule.size)),
                                             rule.size)
                 report = functools.partial(_report, reporter, start.version)

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from gradspark.optim.averaging import AVERAGED, averaged_weights
 from gradspark.trainer.config import TrainingResult
 
 
@@ -48,6 +49,13 @@ class StepBook:
 
     def result(self, metrics: Optional[Dict[str, Any]] = None,
                with_state: bool = False) -> TrainingResult:
-        return TrainingResult(self.theta, self.history, self.step, self.converged,
-                              self.resumed_from, dict(metrics or {}),
-                              dict(self.state) if with_state else {})
+        """The fit's outcome; its weights are the tail average when the optimizer keeps
+        one (:mod:`gradspark.optim.averaging`), the last iterate otherwise."""
+        metrics = dict(metrics or {})
+        if AVERAGED in self.state:
+            metrics["averagedSteps"] = int(self.state[AVERAGED][0])
+        theta = averaged_weights(self.theta, self.state)
+        return TrainingResult(theta, self.history, self.step, self.converged,
+                              self.resumed_from, metrics,
+                              dict(self.state) if with_state else {},
+                              None if theta is self.theta else self.theta)

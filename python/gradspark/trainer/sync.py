@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from gradspark.checkpoints import TrainingCheckpoints, TrainingState
-from gradspark.optim import learning_rate, make_first_order, minimize_lbfgs
+from gradspark.optim import learning_rate, minimize_lbfgs
 from gradspark.trainer.objective import LinearObjective
 from gradspark.integrations.progress import Progress
 from gradspark.trainer.early_stopping import EarlyStopping
@@ -200,7 +200,7 @@ def _lbfgs(objective, theta0, config, progress, checkpoints, resumed,
 
 def _first_order(objective, theta, config, progress, checkpoints, resumed,
                  early_stopping=None) -> TrainingResult:
-    optimizer = make_first_order(config.optimizer, config.momentum, config.nesterov)
+    optimizer = config.first_order(objective.l2)
     book = StepBook.open(optimizer, theta, resumed)
     start = book.step
     if early_stopping is not None:
