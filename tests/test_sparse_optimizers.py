@@ -114,6 +114,7 @@ def test_an_unset_step_size_is_the_optimizers_default(ctr_sets, tmp_path):
     unset = SGDLogisticRegression(**params).fit(df)
     explicit = SGDLogisticRegression(stepSize=DEFAULT_STEP_SIZES["adam"], **params).fit(df)
     assert np.array_equal(unset.coefficients.toArray(), explicit.coefficients.toArray())
+    assert unset.summary.extra["stepSize"] == DEFAULT_STEP_SIZES["adam"]
     SGDLogisticRegression(**params).save(str(tmp_path / "estimator"))
     loaded = SGDLogisticRegression.load(str(tmp_path / "estimator"))
     assert not loaded.isSet(loaded.stepSize) and loaded.getStepSize() == 0.01

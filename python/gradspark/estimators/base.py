@@ -267,6 +267,8 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                    "gradientEvaluations": objective.evaluations,
                    "trainedFeatures": objective.num_features,
                    "parameterSpace": objective.space,
+                   # the step a first-order fit used: stepSize, or the optimizer's default
+                   **({} if config.optimizer == "lbfgs" else {"stepSize": config.step_size}),
                    "resumedFromStep": result.resumed_from, **metrics},
         )
         model = self._fitted_model(self._make_model(coefficients, intercepts, aux, problem),
