@@ -43,7 +43,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-FIELDS = 30
+from gradspark.testing.ctr_data import sparse_rows
+
+GENERATOR = "ctr"  # gradspark.testing.ctr_data's: 30 hashed fields, ~30 non-zeros per row
 PARAMS = dict(regParam=1e-4, standardization=False, tol=0.0)
 TOLERANCE = 1e-5  # relative objective gap counted as "at MLlib's objective"
 
@@ -66,35 +68,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def ctr_rows(partition: int, rows: int, width: int, seed: int) -> list:
-    """One partition's (label, SparseVector) rows. Field f has a vocabulary of
-    10 * 4^(f mod 12) values drawn with a strong skew toward small ids (hot values),
-    hashed with the field into [0, width); the label follows a logistic model whose
-    weight per bucket is itself a hash."""
-    from pyspark.ml.linalg import SparseVector
-
-    rng = np.random.default_rng([seed, partition])
-    vocabulary = np.minimum(10 * 4.0 ** (np.arange(FIELDS) % 12), 1e7)
-    values = np.floor(vocabulary * rng.random((rows, FIELDS)) ** 3).astype(np.int64)
-    buckets = (values * 2654435761 + np.arange(FIELDS) * 40503 + 7919) % width
-    buckets.sort(axis=1)
-    mixed = (buckets.astype(np.uint64) * np.uint64(11400714819323198485)) >> np.uint64(40)
-    weight = ((mixed % np.uint64(2001)).astype(np.float64) - 1000) / 1000.0 * 0.6
-    repeated = np.zeros_like(buckets, dtype=bool)
-    repeated[:, 1:] = buckets[:, 1:] == buckets[:, :-1]  # two fields in one bucket
-    margin = np.where(repeated, 0.0, weight).sum(axis=1) - 0.3
-    labels = (rng.random(rows) < 1 / (1 + np.exp(-margin))).astype(float)
-    out = []
-    for i in range(rows):
-        idx = buckets[i][~repeated[i]]
-        out.append((float(labels[i]), SparseVector(width, idx.tolist(), [1.0] * len(idx))))
-    return out
-
-
 def make_data(spark, rows: int, width: int, partitions: int, seed: int):
     per = rows // partitions
     rdd = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(
-        lambda p: ctr_rows(p, per, width, seed))
+        lambda p: sparse_rows(GENERATOR, p, per, width, seed))
     df = rdd.toDF(["label", "features"]).select("features", "label").cache()
     df.count()
     return df
