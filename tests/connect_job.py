@@ -92,6 +92,9 @@ def run(spark) -> dict:
 
     # 3. Async: maxStaleness=0 is sync's steps; SSP trains. Sharded servers too.
     out["mini_sync"] = flat(SGDLogisticRegression(executionStrategy="resident", **MINI).fit(df))
+    # async mode does not average its iterates: compare its steps with sync's last iterate
+    out["mini_sync_last"] = flat(SGDLogisticRegression(executionStrategy="resident",
+                                                       iterateAveraging="none", **MINI).fit(df))
     bsp = SGDLogisticRegression(mode="async", maxStaleness=0, **MINI).fit(df)
     out["mini_bsp"] = flat(bsp)
     ssp = SGDLogisticRegression(mode="async", maxStaleness=2, **MINI).fit(df)

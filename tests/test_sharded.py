@@ -114,8 +114,9 @@ def test_a_sharded_checkpoint_resumes_on_any_number_of_servers(hashed_rare, tmp_
     """Shards hand their state to the driver, which writes the single server's checkpoint
     format: 6 steps on 2 shards, then 4 more on 1 shard and without shards (plain sync
     mode), equal the 10 steps of one uninterrupted fit."""
+    # (the last iterate: sharded servers do not average, sync mode would by default)
     params = dict(optimizer="adam", stepSize=0.05, miniBatchFraction=0.1, regParam=1e-3,
-                  seed=7, tol=0.0)
+                  seed=7, tol=0.0, iterateAveraging="none")
     whole = SGDLogisticRegression(**params, maxIter=10, parameterServers=2).fit(hashed_rare)
     for i, servers in enumerate((1, 0)):
         directory = str(tmp_path / f"run{i}")
@@ -128,6 +129,15 @@ def test_a_sharded_checkpoint_resumes_on_any_number_of_servers(hashed_rare, tmp_
                                    whole.coefficients.toArray(), rtol=0, atol=1e-9)
         np.testing.assert_allclose(resumed.summary.objectiveHistory,
                                    whole.summary.objectiveHistory, rtol=1e-9)
+    # A sync resume that averages (the default) counts the shards' 6 steps as done and
+    # averages the iterates after step min(1 / 0.1, 10 // 2) = 5 that it takes: 7..10.
+    directory, auto = str(tmp_path / "averaged"), dict(params, iterateAveraging="auto")
+    SGDLogisticRegression(**auto, maxIter=6, parameterServers=2,
+                          checkpointDir=directory).fit(hashed_rare)
+    averaged = SGDLogisticRegression(**auto, maxIter=10,
+                                     checkpointDir=directory).fit(hashed_rare)
+    assert averaged.summary.extra["resumedFromStep"] == 6
+    assert averaged.summary.extra["averagedSteps"] == 4
 
 
 def test_sharded_regression_with_dense_features_and_huber(spark):

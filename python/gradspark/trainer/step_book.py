@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from gradspark.optim.averaging import AVERAGED, averaged_weights
+from gradspark.optim.averaging import AVERAGED, UPDATES, averaged_weights
 from gradspark.trainer.config import TrainingResult
 
 
@@ -36,7 +36,15 @@ class StepBook:
         state = optimizer.init(theta)
         if resumed is None:
             return cls(theta, state)
-        return cls(resumed.theta, resumed.optimizer_state or state, resumed.step,
+        if resumed.optimizer_state and AVERAGED in state \
+                and AVERAGED not in resumed.optimizer_state:
+            # A checkpoint of a trainer that does not average (parameter servers resume in
+            # sync mode): its steps count as updates before averaging starts.
+            state = {**state, **resumed.optimizer_state, UPDATES: np.array([resumed.step],
+                                                                           dtype=np.float64)}
+        else:
+            state = resumed.optimizer_state or state
+        return cls(resumed.theta, state, resumed.step,
                    list(resumed.history), resumed.converged, resumed.step)
 
     def close_step(self, step: int, theta: np.ndarray, state: Dict[str, np.ndarray],
