@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -212,6 +213,46 @@ def test_installed_script_trains_on_spark_connect_as_on_a_classic_session(
     spark_lines = [line for line in proc.stderr.splitlines()
                    if line.strip() and not line.startswith("WARNING: Using incubator modules")]
     assert not spark_lines, proc.stderr[-2000:]
+
+
+LISTENING_PROBE = """
+import ipaddress, json
+from gradspark.jobs.session import _session
+
+def listening(port):
+    # /proc/net/tcp{,6}: addresses as 32-bit words in host (little-endian) order
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.split(":")
+            if state == "0A" and int(port_hex, 16) == port:  # LISTEN
+                raw = b"".join(bytes.fromhex(address[i:i + 8])[::-1]
+                               for i in range(0, len(address), 8))
+                found.append(str(ipaddress.ip_address(raw)))
+    return found
+
+spark = _session({"remote": "local[1]", "command": "probe"})
+print(json.dumps({"count": spark.range(3).count(), "listening": listening(15002)}))
+"""
+
+
+def _loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return ip.is_loopback or bool(getattr(ip, "ipv4_mapped", None)
+                                  and ip.ipv4_mapped.is_loopback)
+
+
+def test_a_local_spark_connect_server_listens_on_loopback_only(tmp_path):
+    """``--remote local[...]`` starts pyspark's Connect server in this process: it binds
+    loopback (127.0.0.1, which Java lists as ::ffff:127.0.0.1), not every interface as
+    pyspark's default does, and the client reaches it."""
+    proc = subprocess.run([sys.executable, "-c", LISTENING_PROBE], capture_output=True,
+                          text=True, timeout=300, env=_bare_environment(), cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    probe = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert probe["count"] == 3
+    assert probe["listening"] and all(map(_loopback, probe["listening"])), probe
 
 
 def test_executors_without_gradspark_fail_with_one_line_that_says_how_to_fix(table,

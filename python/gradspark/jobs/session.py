@@ -38,6 +38,10 @@ def _session(job: dict) -> SparkSession:
     _use_this_python(job, conf)
     # A session of its own (not a Connect server elsewhere): keep its JVM quiet.
     own_jvm = not remote or remote.startswith("local")
+    if remote and own_jvm:
+        # pyspark's local Connect server binds every interface by default; its only client
+        # is this process, on loopback.
+        conf.setdefault("spark.connect.grpc.binding.address", "127.0.0.1")
     if not job.get("verbose") and own_jvm:
         conf.setdefault("spark.ui.showConsoleProgress", "false")
         options = conf.get("spark.driver.extraJavaOptions", "")
