@@ -54,10 +54,12 @@ def test_proximal_first_order_optimizers_solve_the_lasso(optimizer, lr, steps, a
     np.testing.assert_allclose(theta, LASSO_SOLUTION, atol=atol)
 
 
-def ftrl_reference(grad_fn, theta0, lr, beta, lambda1, steps):
+def ftrl_reference(grad_fn, theta0, lr, beta, lambda1, steps, lambda2=None):
     """Algorithm 1 of McMahan et al. (2013), per coordinate, in plain Python loops, with
-    lambda1 growing as t * l1 and z started at -(beta / lr) * theta0."""
+    the penalties growing as t * lambda (one mean gradient per step) and z started at
+    -(beta / lr) * theta0; ``lambda2`` is the paper's closed-form L2 (none by default)."""
     d = len(theta0)
+    lambda2 = [0.0] * d if lambda2 is None else lambda2
     w = list(theta0)
     z = [-(beta / lr) * w[i] for i in range(d)]
     n = [0.0] * d
@@ -72,7 +74,8 @@ def ftrl_reference(grad_fn, theta0, lr, beta, lambda1, steps):
             if abs(z[i]) <= threshold:
                 w[i] = 0.0
             else:
-                w[i] = -(z[i] - np.sign(z[i]) * threshold) / ((beta + n[i] ** 0.5) / lr)
+                w[i] = -(z[i] - np.sign(z[i]) * threshold) / (
+                    (beta + n[i] ** 0.5) / lr + t * lambda2[i])
     return np.array(w)
 
 
@@ -210,29 +213,6 @@ def test_lazy_adam_leaves_a_rare_feature_where_its_sighting_put_it():
     assert a[0] < -5 * 0.01  # dense: 40 more steps of the sighting's momentum
 
 
-def ftrl_l2_reference(grad_fn, theta0, lr, beta, lambda1, lambda2, steps):
-    """Algorithm 1 of McMahan et al. (2013) with the paper's lambda2, per coordinate,
-    penalties growing as t * lambda (one mean gradient per step)."""
-    d = len(theta0)
-    w = list(theta0)
-    z = [-(beta / lr) * w[i] for i in range(d)]
-    n = [0.0] * d
-    for t in range(1, steps + 1):
-        g = grad_fn(np.array(w))
-        for i in range(d):
-            sigma = ((n[i] + g[i] ** 2) ** 0.5 - n[i] ** 0.5) / lr
-            z[i] += g[i] - sigma * w[i]
-            n[i] += g[i] ** 2
-        for i in range(d):
-            threshold = t * lambda1[i]
-            if abs(z[i]) <= threshold:
-                w[i] = 0.0
-            else:
-                w[i] = -(z[i] - np.sign(z[i]) * threshold) / (
-                    (beta + n[i] ** 0.5) / lr + t * lambda2[i])
-    return np.array(w)
-
-
 def test_lazy_ftrl_is_the_papers_lambda2_and_solves_the_elastic_net():
     l2 = np.array([0.5] * 5 + [0.0])
     l1 = np.array([LAM] * 5 + [0.0])
@@ -241,7 +221,7 @@ def test_lazy_ftrl_is_the_papers_lambda2_and_solves_the_elastic_net():
     theta, state = theta0.copy(), opt.init(theta0)
     for _ in range(40):
         theta, state = opt.update(theta, lasso_smooth(theta)[1] + l2 * theta, state, 0.3, l1)
-    expected = ftrl_l2_reference(lambda x: lasso_smooth(x)[1], theta0, 0.3, 0.5, l1, l2, 40)
+    expected = ftrl_reference(lambda x: lasso_smooth(x)[1], theta0, 0.3, 0.5, l1, 40, l2)
     np.testing.assert_allclose(theta, expected, rtol=1e-12, atol=1e-15)
     for _ in range(4000):
         theta, state = opt.update(theta, lasso_smooth(theta)[1] + l2 * theta, state, 0.3, l1)
