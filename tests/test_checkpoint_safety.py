@@ -102,3 +102,35 @@ def test_checkpointed_estimator_works_in_cross_validation(spark, data, tmp_path)
     np.testing.assert_array_equal(again.bestModel.coefficients.toArray(),
                                   first.bestModel.coefficients.toArray())
     assert again.bestModel.summary.extra["resumedFromStep"] == 30
+
+
+def test_data_fingerprint_ignores_summation_order_and_sees_a_moved_column():
+    """The fingerprint matches across partitionings (sums that differ in their last
+    bits) but not for other data: a moved column, another count, another moment."""
+    import dataclasses
+
+    from gradspark.checkpoints import data_fingerprint
+    from gradspark.data.statistics import DataStatistics, Moments
+
+    rng = np.random.default_rng(3)
+    mean, m2 = rng.random(100_000), rng.random(100_000) + 1.0
+    label = Moments(1000.0, np.array([0.4]), np.array([240.0]))
+    stats = DataStatistics(1000, 1000.0, 1000.0, Moments(1000.0, mean, m2), label, 1.0,
+                           np.array([600.0, 400.0]))
+    schema = '{"fields": []}'
+    reference = data_fingerprint(schema, stats)
+
+    def variant(**features) -> str:
+        moments = Moments(1000.0, features.get("mean", mean), features.get("m2", m2))
+        return data_fingerprint(schema, dataclasses.replace(stats, features=moments))
+
+    # another summation order: every moment off in its last bit or two
+    noise = 1 + rng.choice([-2, -1, 0, 1, 2], size=mean.size) * np.finfo(float).eps
+    assert variant(mean=mean * noise, m2=m2 * noise[::-1]) == reference
+    moved = mean.copy()
+    moved[[10, 20]] = moved[[20, 10]]  # two columns swap places: same sum
+    assert variant(mean=moved) != reference
+    # one column's moment off by 1e-5 (one of a rare feature's few rows changed)
+    assert variant(m2=m2 + np.where(np.arange(m2.size) == 7, 1e-5, 0.0)) != reference
+    assert data_fingerprint(schema, dataclasses.replace(stats, count=999)) != reference
+    assert data_fingerprint('{"fields": [1]}', stats) != reference
