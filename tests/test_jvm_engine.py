@@ -260,3 +260,45 @@ def test_jar_reaches_separate_executor_jvms(local_cluster):
     result = local_cluster("jvm_kernels")
     assert result["executors"] == 2 and result["jvm_pids"] >= 2
     np.testing.assert_allclose(result["ours"], result["ref"], rtol=1e-10)
+
+
+def test_partition_local_features_give_the_dense_sums_bit_for_bit(spark):
+    """Partition-local feature indices (LocalFeatures.scala): each partition's task
+    gathers, sums and returns only the features it holds, and the sums equal the
+    dense job's to the bit: full and sampled steps, one and three outputs, the
+    driver merge (depth 1) and shuffle levels (depth 2, 3 over 9 partitions). Each
+    partition holds exactly the distinct columns of its rows (counted in numpy)."""
+    from pyspark.ml.linalg import Vectors
+
+    g = np.random.default_rng(5)
+    width, n = 1 << 16, 900
+    columns = [np.unique(np.concatenate([g.choice(40, 3), g.choice(width, 4)]))
+               for _ in range(n)]
+    rows = [(Vectors.sparse(width, c.tolist(), g.uniform(0.5, 2.0, c.size).tolist()),
+             float(g.random() < 0.4), float(g.integers(0, 3)), float(g.uniform(0.2, 3.0)))
+            for c in columns]
+    df = spark.createDataFrame(rows, ["features", "binary", "multi", "weight"]).repartition(9)
+    df = df.persist()  # the same rows in each partition for every pass below
+    expected_held = df.rdd.mapPartitions(lambda part: [len({j for row in part
+                                                            for j in row[0].indices})]).collect()
+    cases = [(BinaryLogisticLoss(), "binary", BINARY, 1), (MultinomialLogisticLoss(), "multi",
+                                                           CLASS_INDEX, 3)]
+    for loss, label, domain, k in cases:
+        coef, offset = g.normal(scale=0.3, size=(width, k)), g.normal(size=k)
+        for depth in (1, 2, 3):
+            sums = {}
+            for local in (False, True):
+                with JvmTrainingData(df, "features", label, "weight", domain, 16, depth) as data:
+                    engine = JvmGradientEngine(data, loss, depth, local_features=local)
+                    if local:
+                        assert sorted(engine._held.tolist()) == sorted(expected_held)
+                        assert data.stored_bytes() > 0  # the local copy is the cached one
+                    sums[local] = [engine.gradient_sums(coef, offset, np.zeros(0), *batch)
+                                   for batch in ((1.0, 0, 0), (0.3, 11, 4))]
+                assert gradspark_cached_rdds(spark) == []
+            for dense_sums, local_sums in zip(sums[False], sums[True]):
+                assert local_sums.vector().tobytes() == dense_sums.vector().tobytes()
+                assert (local_sums.loss_sum, local_sums.weight_sum, local_sums.count) == (
+                    dense_sums.loss_sum, dense_sums.weight_sum, dense_sums.count)
+            assert 0 < sums[True][1].count < n
+    df.unpersist()

@@ -104,6 +104,17 @@ class JvmTrainingData(TrainingData):
         self.statistics = self.statistics.select(active)
         self.num_features = len(active)
 
+    def localize(self) -> np.ndarray:
+        """Renumber every partition's blocks to the features it holds, for the JVM
+        engine's steps (``LocalPartition`` in ``LocalFeatures.scala``); the blocks as
+        they were are unpersisted (kept as lineage). Returns the features each
+        partition holds."""
+        held = np.array(list(self.blocks.localize()), dtype=np.int64)
+        logger.info("partition-local features: each of %d partitions holds %.0f of %d "
+                    "features on average (at most %d)", held.size, held.mean(),
+                    self.num_features, held.max(initial=0))
+        return held
+
     def block_frame(self):
         """The cached blocks as a DataFrame of ``(partition, block)``: ``partition`` is the
         blocks' partition index, ``block`` the encoding :func:`decode_block` reads.
@@ -136,7 +147,7 @@ class JvmTrainingData(TrainingData):
 
     def stored_bytes(self) -> float:
         """Memory + disk size of the cached blocks, as Spark's storage info reports it."""
-        return cached_bytes(self.spark.sparkContext, int(self.blocks.rdd().id()))
+        return cached_bytes(self.spark.sparkContext, int(self.blocks.cachedRddId()))
 
     def release(self) -> None:
         if self._python_blocks is not None:

@@ -41,19 +41,28 @@ class JvmGradientEngine:
     (:class:`~gradspark.comm.traffic.JobTraffic`): every partition's task
     returns its sums (``GradientFunction`` in ``Kernels.scala``), even when
     it has no rows.
+
+    ``local_features``: first renumber each partition to the features it holds
+    (:meth:`JvmTrainingData.localize`); a task then gathers and returns only
+    those (``LocalFeatures.scala``), with the same sums to the bit at the same
+    aggregation tree.
     """
 
-    def __init__(self, data: JvmTrainingData, loss: Loss, aggregation_depth: int = 2) -> None:
+    def __init__(self, data: JvmTrainingData, loss: Loss, aggregation_depth: int = 2,
+                 local_features: bool = False) -> None:
         self.data = data
         self.loss = loss
         self.aggregation_depth = aggregation_depth
         self._constants = to_bytes(_loss_constants(loss))
         self.traffic = JobTraffic()
         self._partitions = data.num_partitions  # fixed for the fit; asking is a py4j call
+        self._held = data.localize() if local_features else None
 
     @property
     def metrics(self) -> Dict[str, object]:
-        return {"compression": "none", **self.traffic.totals}
+        local = {} if self._held is None else {
+            "meanPartitionFeatures": float(self._held.mean())}
+        return {"compression": "none", **local, **self.traffic.totals}
 
     def gradient_sums(
         self,
@@ -83,7 +92,10 @@ class JvmGradientEngine:
 
         flat = call_with_file(params, job)
         size = d * k + k + len(aux)
-        self.traffic.step(8 * size, self._partitions * 8 * (size + 3), self._partitions)
+        tail = 8 * (size - d * k + 3)
+        received = (self._partitions * (8 * d * k + tail) if self._held is None
+                    else int(self._held.sum()) * (4 + 8 * k) + self._partitions * tail)
+        self.traffic.step(8 * size, received, self._partitions)
         if len(flat) == 0 or flat[-1] == 0:
             return None
         return GradientSums.from_vector(

@@ -106,6 +106,9 @@ class FitPlan:
     compression: Compression
     workers: WorkerSettings
     aggregation_depth: int
+    # JVM job-per-step on sparse blocks: each partition's steps gather and return only
+    # the features it holds (LocalFeatures.scala), not d-sized arrays.
+    local_features: bool = False
 
     @property
     def faults(self) -> Optional[FaultPlan]:
@@ -219,8 +222,10 @@ def plan_fit(params: SGDParams, data_plan: DataPlan, sc, data) -> FitPlan:
         params.getMiniBatchFraction(), params.getSeed(), params.getParameterServerHost(),
         params.getWorkerTimeout(), params.getAggregationTopology(), params.getWorkerQuorum(),
         params.getSparsePull(), params.getBatchSizing(), params.getParameterServers())
+    local = (kernels == "jvm" and strategy == "jobPerStep"
+             and data.statistics.density < SPARSE_DENSITY)
     return FitPlan(data_plan, kernels, strategy, trainer, why, config,
-                   compression_of(params), workers, params.getAggregationDepth())
+                   compression_of(params), workers, params.getAggregationDepth(), local)
 
 
 def choose(params: SGDParams, data_plan: DataPlan, bytes_per_worker: float,

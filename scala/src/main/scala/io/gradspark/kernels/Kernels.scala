@@ -324,10 +324,23 @@ final class GradientFunction(
     val coef = params.value
     val offset = java.util.Arrays.copyOfRange(coef, d * k, d * k + k)
     val aux = java.util.Arrays.copyOfRange(coef, d * k + k, d * k + k + numAux)
+    val rng = if (fraction < 1.0) Kernels.sampler(seed, step, partition) else null
+    Iterator.single(GradientSums.of(blocks, coef, offset, aux, loss, constants, d, k, fraction,
+      rng))
+  }
+}
+
+object GradientSums {
+  /** Sums of the (sampled) rows of `blocks` on d features, in the layout of
+   *  GradientFunction; coef is read at 0 until d * k. */
+  def of(
+      blocks: Iterator[Block], coef: Array[Double], offset: Array[Double], aux: Array[Double],
+      loss: String, constants: Array[Double], d: Int, k: Int, fraction: Double,
+      rng: SplittableRandom): Array[Double] = {
+    val numAux = aux.length
     val size = d * k + k + numAux
     val out = new Array[Double](size + 3)
     val dAux = new Array[Double](numAux)
-    val rng = if (fraction < 1.0) Kernels.sampler(seed, step, partition) else null
     blocks.foreach { full =>
       val b =
         if (rng == null) full
@@ -350,7 +363,7 @@ final class GradientFunction(
       }
     }
     System.arraycopy(dAux, 0, out, d * k + k, numAux)
-    Iterator.single(out)
+    out
   }
 }
 

@@ -1,5 +1,7 @@
 package io.gradspark.kernels
 
+import scala.reflect.ClassTag
+
 import org.apache.spark.{HashPartitioner, TaskContext}
 import org.apache.spark.rdd.RDD
 
@@ -12,6 +14,8 @@ import org.apache.spark.rdd.RDD
  * group by index before merging, and the driver merges the last level in
  * index order: the same data and partitioning give the same bits, which is
  * what bit-identical resumes need. Same fan-in rule as treeAggregate.
+ * Generic in the partial's type: flat arrays (empty = nothing) and
+ * `SparseSums` (`SparseSums.Empty`).
  *
  * Jobs run through `runJob` with named functions rather than `collect()`:
  * collect's lambda makes the closure cleaner parse RDD.class from its jar on
@@ -22,51 +26,50 @@ object OrderedAggregate {
   type Merge = (Array[Double], Array[Double]) => Array[Double]
 
   /** `parts` yields partial arrays (empty = nothing); `merge` treats empty as zero. */
-  def apply(parts: RDD[Array[Double]], merge: Merge, depth: Int): Array[Double] = {
+  def apply(parts: RDD[Array[Double]], merge: Merge, depth: Int): Array[Double] =
+    of(parts, merge, Array.emptyDoubleArray, depth)
+
+  /** The same for any partial type: `merge` treats `empty` as zero. */
+  def of[T: ClassTag](parts: RDD[T], merge: (T, T) => T, empty: T, depth: Int): T = {
     val sc = parts.sparkContext
     var n = parts.getNumPartitions
     val scale = math.max(math.ceil(math.pow(n.toDouble, 1.0 / math.max(depth, 1))).toInt, 2)
     if (n <= scale + math.ceil(n.toDouble / scale)) {
       // runJob's results are in partition order.
-      return sc.runJob(parts, new MergeTaskPartials(merge)).foldLeft(Array.emptyDoubleArray)(merge)
+      return sc.runJob(parts, new MergeTaskPartials(merge, empty)).foldLeft(empty)(merge)
     }
-    var level: RDD[(Int, Array[Double])] = parts.mapPartitionsWithIndex(new MergePartition(merge))
+    var level: RDD[(Int, T)] = parts.mapPartitionsWithIndex(new MergePartition(merge, empty))
     while (n > scale + math.ceil(n.toDouble / scale)) {
       n = math.ceil(n.toDouble / scale).toInt
-      level = level.map(new ToGroup(scale)).groupByKey(new HashPartitioner(n))
-        .map(new MergeGroup(merge))
+      level = level.map(new ToGroup[T](scale)).groupByKey(new HashPartitioner(n))
+        .map(new MergeGroup(merge, empty))
     }
-    sc.runJob(level, new CollectPartition).flatten.sortBy(_._1).map(_._2)
-      .foldLeft(Array.emptyDoubleArray)(merge)
+    sc.runJob(level, new CollectPartition[T]).flatten.sortBy(_._1).map(_._2).foldLeft(empty)(merge)
   }
 }
 
-final class MergeTaskPartials(merge: OrderedAggregate.Merge)
-  extends ((TaskContext, Iterator[Array[Double]]) => Array[Double]) with Serializable {
-  def apply(context: TaskContext, parts: Iterator[Array[Double]]): Array[Double] =
-    parts.foldLeft(Array.emptyDoubleArray)(merge)
+final class MergeTaskPartials[T](merge: (T, T) => T, empty: T)
+  extends ((TaskContext, Iterator[T]) => T) with Serializable {
+  def apply(context: TaskContext, parts: Iterator[T]): T = parts.foldLeft(empty)(merge)
 }
 
-final class CollectPartition
-  extends ((TaskContext, Iterator[(Int, Array[Double])]) => Array[(Int, Array[Double])])
-  with Serializable {
-  def apply(context: TaskContext, parts: Iterator[(Int, Array[Double])])
-      : Array[(Int, Array[Double])] = parts.toArray
+final class CollectPartition[T: ClassTag]
+  extends ((TaskContext, Iterator[(Int, T)]) => Array[(Int, T)]) with Serializable {
+  def apply(context: TaskContext, parts: Iterator[(Int, T)]): Array[(Int, T)] = parts.toArray
 }
 
-final class MergePartition(merge: OrderedAggregate.Merge)
-  extends ((Int, Iterator[Array[Double]]) => Iterator[(Int, Array[Double])]) with Serializable {
-  def apply(index: Int, parts: Iterator[Array[Double]]): Iterator[(Int, Array[Double])] =
-    Iterator.single((index, parts.foldLeft(Array.emptyDoubleArray)(merge)))
+final class MergePartition[T](merge: (T, T) => T, empty: T)
+  extends ((Int, Iterator[T]) => Iterator[(Int, T)]) with Serializable {
+  def apply(index: Int, parts: Iterator[T]): Iterator[(Int, T)] =
+    Iterator.single((index, parts.foldLeft(empty)(merge)))
 }
 
-final class ToGroup(scale: Int)
-  extends (((Int, Array[Double])) => (Int, (Int, Array[Double]))) with Serializable {
-  def apply(part: (Int, Array[Double])): (Int, (Int, Array[Double])) = (part._1 / scale, part)
+final class ToGroup[T](scale: Int) extends (((Int, T)) => (Int, (Int, T))) with Serializable {
+  def apply(part: (Int, T)): (Int, (Int, T)) = (part._1 / scale, part)
 }
 
-final class MergeGroup(merge: OrderedAggregate.Merge)
-  extends (((Int, Iterable[(Int, Array[Double])])) => (Int, Array[Double])) with Serializable {
-  def apply(group: (Int, Iterable[(Int, Array[Double])])): (Int, Array[Double]) =
-    (group._1, group._2.toSeq.sortBy(_._1).map(_._2).foldLeft(Array.emptyDoubleArray)(merge))
+final class MergeGroup[T](merge: (T, T) => T, empty: T)
+  extends (((Int, Iterable[(Int, T)])) => (Int, T)) with Serializable {
+  def apply(group: (Int, Iterable[(Int, T)])): (Int, T) =
+    (group._1, group._2.toSeq.sortBy(_._1).map(_._2).foldLeft(empty)(merge))
 }

@@ -19,8 +19,8 @@ import org.apache.spark.storage.StorageLevel
 object PythonEntry {
   /** What python checks before calling (gradspark.engine.jvm.KERNELS_VERSION): bump it
    *  whenever a signature python calls changes. 2: results go to a file. 3: the weights
-   *  come from a file too; JvmBlocks.compact. */
-  val Version = "3"
+   *  come from a file too; JvmBlocks.compact. 4: JvmBlocks.localize. */
+  val Version = "4"
 
   /** Validated blocks of df, cached MEMORY_AND_DISK (not yet computed: call statistics). */
   def blockify(
@@ -97,17 +97,47 @@ final class JvmBlocks(
       resultPath)
   }
 
+  /** The partitions on the features each holds (see LocalPartition), or null. */
+  private var local: RDD[LocalPartition] = null
+
+  /** The RDD a step reads: the partition-local one once localize has run. */
+  def cachedRddId: Int = if (local != null) local.id else rdd.id
+
+  /** Renumbers each partition's blocks to the features it holds, caches and computes
+   *  them, and unpersists these blocks (kept as lineage: a lost partition is recomputed
+   *  from them, or from their checkpoint). Later steps run on the local partitions.
+   *  Returns how many features each partition holds. */
+  def localize(): Array[Int] = {
+    if (local == null) {
+      local = rdd.mapPartitions(new LocalizeFunction, preservesPartitioning = true)
+      local.persist(StorageLevel.MEMORY_AND_DISK)
+      local.setName(rdd.name + " (partition-local features)")
+    }
+    val held = rdd.sparkContext.runJob(local, new HeldFeaturesFunction)
+    rdd.unpersist(blocking = false)
+    held
+  }
+
   /** One Spark job; reads the weights from paramsPath and writes flat float64 xtg, gsum,
    *  d_aux, loss_sum, weight_sum, count to resultPath. */
   def gradientSums(
       loss: String, numOutputs: Int, numAux: Int, constants: Array[Byte], paramsPath: String,
       fraction: Double, seed: Long, step: Int, depth: Int, resultPath: String): Unit = {
     val weights = StepWeights(rdd.sparkContext, PythonEntry.readDoubles(paramsPath))
+    val lossConstants = PythonEntry.fromBytes(constants)
     try {
-      val fn = new GradientFunction(weights, loss, PythonEntry.fromBytes(constants), numFeatures,
-        numOutputs, numAux, fraction, seed, step)
-      PythonEntry.writeDoubles(OrderedAggregate(rdd.mapPartitionsWithIndex(fn),
-        new SumArraysFunction, depth), resultPath)
+      val sums = if (local != null) {
+        val fn = new LocalGradientFunction(weights, loss, lossConstants, numFeatures,
+          numOutputs, numAux, fraction, seed, step)
+        SparseSums.toDense(OrderedAggregate.of(local.mapPartitionsWithIndex(fn),
+          new MergeSparseSumsFunction(numOutputs), SparseSums.Empty, depth),
+          numFeatures, numOutputs)
+      } else {
+        val fn = new GradientFunction(weights, loss, lossConstants, numFeatures,
+          numOutputs, numAux, fraction, seed, step)
+        OrderedAggregate(rdd.mapPartitionsWithIndex(fn), new SumArraysFunction, depth)
+      }
+      PythonEntry.writeDoubles(sums, resultPath)
     } finally {
       weights.release()
     }
@@ -143,6 +173,7 @@ final class JvmBlocks(
   }
 
   def release(): Unit = {
+    if (local != null) local.unpersist(blocking = false)
     rdd.unpersist(blocking = false)
     rdd.getCheckpointFile.foreach { file =>
       val path = new Path(file)
