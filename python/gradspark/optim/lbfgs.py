@@ -131,6 +131,9 @@ def minimize_lbfgs(
 
     history: List[float] = []
     stopped: List[bool] = []
+    # Without L1 or bounds the stationarity gradient is the gradient: skip its five
+    # d-sized passes per iteration (0.3-0.4 s of a 20-iteration fit at 2^20 features).
+    plain = upper is None and len(split) == 0 and not np.isfinite(lower).any()
 
     def callback(intermediate_result):
         history.append(float(intermediate_result.fun))
@@ -138,8 +141,9 @@ def minimize_lbfgs(
         on_iteration(len(history) - 1, history[-1], theta)
         gradient_norm = None
         if np.array_equal(last.get("z"), intermediate_result.x):  # the accepted point's
-            gradient_norm = float(np.linalg.norm(stationarity_gradient(
-                theta, last["smooth_grad"], l1, lower, upper)))
+            gradient_norm = float(np.linalg.norm(
+                last["smooth_grad"] if plain
+                else stationarity_gradient(theta, last["smooth_grad"], l1, lower, upper)))
         if converged_by(history[-1], gradient_norm):
             stopped.append(True)
             raise StopIteration
