@@ -37,6 +37,52 @@ def test_lbfgs_respects_lower_bounds():
     assert np.isclose(result.theta[0], 1.0)
 
 
+def _ridge_logistic(seed: int = 4):
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(400, 30)) * rng.uniform(0.1, 5.0, size=30)  # badly scaled
+    b = (rng.random(400) < 1 / (1 + np.exp(-A @ rng.normal(size=30) * 0.3))).astype(float)
+    calls = []
+
+    def smooth(theta):
+        calls.append(theta.copy())
+        m = A @ theta
+        value = np.mean(np.logaddexp(0.0, m) - b * m) + 0.005 * theta @ theta
+        return float(value), A.T @ (1 / (1 + np.exp(-m)) - b) / len(b) + 0.01 * theta
+
+    return smooth, calls
+
+
+def test_unbounded_lbfgs_reaches_scipys_optimum_within_its_budget():
+    """Without L1 or bounds the iterations are gradspark's own L-BFGS (two-loop
+    recursion, strong-Wolfe line search): the optimum scipy's L-BFGS-B finds, MLlib's
+    stopping rule, maxIter, and at most max(4 maxIter, 50) evaluations."""
+    from scipy.optimize import minimize
+
+    smooth, calls = _ridge_logistic()
+    free = np.full(30, -np.inf)
+    result = minimize_lbfgs(smooth, np.zeros(30), np.zeros(30), free, 500, 1e-13)
+    evaluations = len(calls)
+    reference = minimize(smooth, np.zeros(30), jac=True, method="L-BFGS-B",
+                         options={"maxiter": 5000, "ftol": 0.0, "gtol": 1e-12})
+    assert result.converged and result.message == "MLlib's convergence test (tol)"
+    assert np.linalg.norm(smooth(result.theta)[1]) < 1e-6  # stationary
+    np.testing.assert_allclose(result.theta, reference.x, atol=2e-6)
+    assert result.history[-1] <= reference.fun + 1e-12
+    assert result.history == sorted(result.history, reverse=True)  # each iterate descends
+    assert evaluations <= 1.1 * result.iterations + 2  # mostly one pass per iteration
+
+    calls.clear()
+    short = minimize_lbfgs(smooth, np.zeros(30), np.zeros(30), free, 7, 0.0)
+    assert short.iterations == 7 and len(short.history) == 8 and not short.converged
+    own = len(calls)
+    calls.clear()
+    minimize(smooth, np.zeros(30), jac=True, method="L-BFGS-B",
+             options={"maxiter": 7, "ftol": 0.0, "gtol": 0.0})
+    assert own <= len(calls)  # no more passes than L-BFGS-B for the same iterations
+    again = minimize_lbfgs(smooth, np.zeros(30), np.zeros(30), free, 7, 0.0)
+    assert again.theta.tobytes() == short.theta.tobytes()  # deterministic: resumes replay
+
+
 @pytest.mark.parametrize("optimizer,lr,steps,atol", [
     (SGD(), 1.0, 200, 1e-9),
     (SGD(momentum=0.5), 0.5, 300, 1e-8),

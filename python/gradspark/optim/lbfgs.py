@@ -12,14 +12,23 @@ L1 terms are handled exactly, without subgradients, by the standard split
 ``l1_j * (u_j + v_j)``, and the problem smooth with bound constraints, which
 L-BFGS-B solves (the same optimum as MLlib's OWL-QN). Only coordinates with
 an L1 weight are split.
+
+Without L1 and bounds (the common L2-only fit) the iterations are this module's
+own L-BFGS (:func:`_unbounded_lbfgs`): the two-loop recursion with memory 10 and
+scipy's strong-Wolfe line search, unit step first. scipy's L-BFGS-B computes
+its compact representation and generalized Cauchy point even when no bound
+exists: 0.07 s per ``setulb`` call at 1.4 M coordinates, about two calls per
+iteration, a quarter of a 20-iteration fit at 2^22 features. The two-loop
+recursion is 40 vector operations per iteration.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import numpy as np
-from scipy.optimize import minimize
+from scipy.optimize import line_search, minimize
 
 SmoothFn = Callable[[np.ndarray], Tuple[float, np.ndarray]]
 
@@ -67,6 +76,86 @@ class LBFGSResult(NamedTuple):
     message: str
 
 
+class _Stop(Exception):
+    """Raised inside the line search to end the minimization (evaluation budget)."""
+
+
+def _two_loop(grad: np.ndarray, pairs: List[Tuple[np.ndarray, np.ndarray, float]]
+              ) -> np.ndarray:
+    """``-H grad`` for the L-BFGS inverse Hessian of ``pairs`` ``(s, y, 1 / y.s)``,
+    scaled by ``s.y / y.y`` of the newest pair (Nocedal and Wright, Algorithm 7.4)."""
+    q = grad.copy()
+    alphas = []
+    for s, y, rho in reversed(pairs):
+        alpha = rho * float(s @ q)
+        q -= alpha * y
+        alphas.append(alpha)
+    s, y, _ = pairs[-1]
+    q *= float(s @ y) / float(y @ y)
+    for (s, y, rho), alpha in zip(pairs, reversed(alphas)):
+        q += (alpha - rho * float(y @ q)) * s
+    return -q
+
+
+def _unbounded_lbfgs(fun, z0: np.ndarray, first: float, first_grad: np.ndarray,
+                     max_iter: int, max_evaluations: int, memory: int,
+                     callback: Callable[[float, np.ndarray], None]):
+    """L-BFGS without bounds: ``(z, message, success)``. ``callback(value, z)`` after
+    each accepted iterate may raise StopIteration to end the minimization there."""
+    evaluations = [1]
+
+    def value_and_grad(z):
+        if evaluations[0] >= max_evaluations and not np.array_equal(z, current[0]):
+            raise _Stop
+        value, grad = fun(z)
+        evaluations[0] += 1
+        return value, grad
+
+    def f(z):
+        return value_and_grad(z)[0]
+
+    def fprime(z):
+        return value_and_grad(z)[1]
+
+    z, value, grad = z0, first, first_grad
+    current = [z]
+    pairs: List[Tuple[np.ndarray, np.ndarray, float]] = []
+    for _ in range(max_iter):
+        if not np.any(grad):
+            return z, "the gradient is zero", True
+        if pairs:
+            direction = _two_loop(grad, pairs)
+        else:  # the first step (or after a reset): steepest descent of length 1
+            direction = -grad / float(np.linalg.norm(grad))
+        try:
+            with warnings.catch_warnings():
+                # a failed search returns None, handled below; scipy also warns
+                warnings.filterwarnings("ignore", message="The line search algorithm")
+                step = line_search(f, fprime, z, direction, grad, value, None,
+                                   c1=1e-4, c2=0.9)[0]
+        except _Stop:
+            return z, "the evaluation budget (4 x maxIter) is spent", False
+        if step is None:
+            if pairs:  # a poor quasi-Newton direction: forget the pairs, go downhill
+                pairs.clear()
+                continue
+            return z, "the line search found no acceptable step", False
+        new_z = z + step * direction
+        new_value, new_grad = fun(new_z)  # evaluated by the line search: no new pass
+        s_k, y_k = new_z - z, new_grad - grad
+        curvature = float(y_k @ s_k)
+        if curvature > 1e-10 * float(y_k @ y_k):  # keep H positive definite
+            pairs.append((s_k, y_k, 1.0 / curvature))
+            del pairs[:-memory]
+        z, value, grad = new_z, new_value, new_grad
+        current[0] = z
+        try:
+            callback(value, z)
+        except StopIteration:
+            return z, "stopped", True
+    return z, "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT", False
+
+
 def minimize_lbfgs(
     smooth: SmoothFn,
     theta0: np.ndarray,
@@ -92,13 +181,18 @@ def minimize_lbfgs(
         return theta
 
     last: dict = {}
+    # A few recent evaluations: a line search may accept a step it evaluated before
+    # its last trial, and each evaluation is a distributed pass.
+    recent: List[dict] = []
 
     def fun(z):
-        # scipy re-evaluates the starting point; one distributed pass is enough.
-        if "z" in last and np.array_equal(last["z"], z):
-            return last["value"], last["grad"].copy()
+        for seen in reversed(recent):
+            if np.array_equal(seen["z"], z):
+                last.clear()
+                last.update(seen)
+                return seen["value"], seen["grad"].copy()
         value, grad = smooth(unpack(z))
-        last["smooth_grad"] = np.asarray(grad, dtype=np.float64).copy()
+        smooth_grad = np.asarray(grad, dtype=np.float64).copy()
         value += float(weights @ (z[split] + z[n:]))
         if len(split):
             g = np.empty_like(z)
@@ -107,7 +201,10 @@ def minimize_lbfgs(
             g[n:] = -grad[split] + weights
         else:
             g = np.asarray(grad, dtype=np.float64)
-        last.update(z=z.copy(), value=value, grad=g.copy())
+        last.clear()
+        last.update(z=z.copy(), value=value, grad=g.copy(), smooth_grad=smooth_grad)
+        recent.append(dict(last))
+        del recent[:-3]
         return value, g
 
     z0 = np.concatenate([theta0, np.zeros(len(split))])
@@ -148,18 +245,36 @@ def minimize_lbfgs(
             stopped.append(True)
             raise StopIteration
 
-    first, _ = fun(z0)
+    first, first_grad = fun(z0)
     history.append(first)
     converged_by = BreezeConvergence(tol, first)
     on_iteration(0, first, unpack(z0))
     if max_iter == 0:
         return LBFGSResult(unpack(z0), history, 0, False, "maxIter=0")
+    max_evaluations = max(4 * max_iter, 50)
+    if bounds is None and not len(split):
+        def accepted(value: float, z: np.ndarray) -> None:
+            callback(_Iterate(z, value))
+
+        z, message, success = _unbounded_lbfgs(fun, z0, first, first_grad, max_iter,
+                                               max_evaluations, memory, accepted)
+        iterations = len(history) - 1
+        converged = bool(stopped) or (success and iterations < max_iter)
+        message = "MLlib's convergence test (tol)" if stopped else message
+        return LBFGSResult(unpack(z), history, iterations, converged, message)
     result = minimize(
         fun, z0, jac=True, method="L-BFGS-B", bounds=bounds, callback=callback,
-        options={"maxiter": max_iter, "maxfun": max(4 * max_iter, 50), "ftol": 0.0,
+        options={"maxiter": max_iter, "maxfun": max_evaluations, "ftol": 0.0,
                  "gtol": 0.0, "maxcor": memory},
     )
     iterations = len(history) - 1
     converged = bool(stopped) or (bool(result.success) and iterations < max_iter)
     message = "MLlib's convergence test (tol)" if stopped else str(result.message)
     return LBFGSResult(unpack(result.x), history, iterations, converged, message)
+
+
+class _Iterate(NamedTuple):
+    """What scipy's callback receives (``intermediate_result``), for the own solver."""
+
+    x: np.ndarray
+    fun: float
