@@ -1,12 +1,16 @@
-"""Wide sparse logistic regression (CTR-shaped hashed features): gradspark vs MLlib.
+"""Wide sparse logistic regression (CTR-shaped hashed features): gradspark vs MLlib vs
+liblinear.
 
-One SparkSession (``local[2]``), and per width one cached DataFrame that both
-libraries train from: ``--rows`` rows of 30 hashed categorical fields (binary
-features, 30 non-zeros per row; small vocabularies give a few thousand hot
-buckets, large ones a long tail), hashed into ``2^w`` buckets for each
-``--widths`` entry, labels from a logistic model, ``--partitions`` partitions.
+One SparkSession (``local[2]``), and per generator and width one cached
+DataFrame that both Spark libraries train from: ``--rows`` rows of
+:mod:`gradspark.testing.ctr_data`'s ``--generators`` (``ctr``: 30 hashed
+categorical fields, binary, 30 non-zeros per row, a few thousand hot buckets
+and a long tail; ``tail``: 10-100 of 100 fields per row, Zipf ids, count
+features) hashed into ``2^w`` buckets for each ``--widths`` entry,
+``--partitions`` partitions. liblinear gets the same rows (the same seeds) as
+a scipy CSR matrix.
 
-Per width:
+Per generator and width:
 
 * **fit**: ``LogisticRegression`` and ``SGDLogisticRegression`` with the
   same Params (``regParam=1e-4, standardization=False, maxIter=--iterations,
@@ -20,14 +24,26 @@ Per width:
   blocks; one full-batch ``gradient_sums`` per step, median of ``--steps``)
   next to the occurring features and the non-zeros a step touches: the
   step should follow those, not the width.
+* **liblinear** (``liblinear-multicore``'s Python module, ``-s 0 -m 2 -B 1 -R``:
+  L2 logistic regression by trust-region Newton on 2 threads, the bias not
+  regularized, ``C = 1 / (regParam * rows)``: MLlib's objective times
+  ``C * rows``), timed **to MLlib's objective** like gradspark: the largest of
+  ``--liblinear-eps`` whose model reaches it, median of ``--repeats`` after a
+  warm-up. Every objective in the table is evaluated by one numpy function
+  on each model's coefficients.
+* **load**: liblinear's is building its ``problem`` from the CSR matrix (its
+  data in its own format); gradspark's data pass is blockify + validate +
+  cache + statistics of the cached DataFrame (``JvmTrainingData``), which
+  every fit starts with (its time is inside the fit's).
 * ``--adam`` (the widest width <= 2^22 only): the mini-batch Adam fit of
   issue 17 (``stepSize=0.05, miniBatchFraction=0.01, maxIter=200``): its
   parameter space, exact initial/final objectives and whether it warned.
 
-Ratios are MLlib / gradspark: above 1 means gradspark is faster.
+Ratios: MLlib / gradspark (above 1: gradspark faster) and gradspark /
+liblinear (above 1: liblinear faster).
 
-    .venv/bin/python benchmarks/wide_sparse.py                    # 400,000 rows, 2^20/22/24
-    .venv/bin/python benchmarks/wide_sparse.py --rows 100000 --widths 20 --repeats 1
+    .venv/bin/python benchmarks/wide_sparse.py                    # 200,000 rows, 2^18-2^24
+    .venv/bin/python benchmarks/wide_sparse.py --generators ctr --widths 20 --repeats 1
 """
 
 from __future__ import annotations
@@ -42,10 +58,10 @@ import warnings
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
-from gradspark.testing.ctr_data import sparse_rows
+from gradspark.testing.ctr_data import ctr_arrays, sparse_rows
 
-GENERATOR = "ctr"  # gradspark.testing.ctr_data's: 30 hashed fields, ~30 non-zeros per row
 PARAMS = dict(regParam=1e-4, standardization=False, tol=0.0)
 TOLERANCE = 1e-5  # relative objective gap counted as "at MLlib's objective"
 
@@ -53,14 +69,19 @@ TOLERANCE = 1e-5  # relative objective gap counted as "at MLlib's objective"
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--rows", type=int, default=400_000)
-    parser.add_argument("--widths", type=int, nargs="+", default=[20, 22, 24],
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--generators", nargs="+", default=["ctr", "tail"],
+                        choices=["ctr", "tail"])
+    parser.add_argument("--widths", type=int, nargs="+", default=[18, 20, 22, 24],
                         help="log2 of the hashing space")
+    parser.add_argument("--liblinear-eps", type=float, nargs="+",
+                        default=[0.1, 0.03, 0.01, 0.003, 0.001, 0.0003],
+                        help="liblinear stopping tolerances tried, largest first")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--iterations", type=int, default=20, help="MLlib's maxIter")
     parser.add_argument("--repeats", type=int, default=2, help="timed fits (median)")
     parser.add_argument("--steps", type=int, default=5, help="timed engine steps (median)")
-    parser.add_argument("--adam", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--adam", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="14g")
     parser.add_argument("--seed", type=int, default=7)
@@ -68,13 +89,54 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def make_data(spark, rows: int, width: int, partitions: int, seed: int):
+def make_data(spark, generator: str, rows: int, width: int, partitions: int, seed: int):
     per = rows // partitions
     rdd = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(
-        lambda p: sparse_rows(GENERATOR, p, per, width, seed))
+        lambda p: sparse_rows(generator, p, per, width, seed))
     df = rdd.toDF(["label", "features"]).select("features", "label").cache()
     df.count()
     return df
+
+
+def local_data(generator: str, rows: int, width: int, partitions: int, seed: int):
+    """The same rows as :func:`make_data`'s, as one scipy CSR matrix and labels."""
+    per = rows // partitions
+    parts = [ctr_arrays(generator, per, width, seed, p) for p in range(partitions)]
+    X = sp.vstack([sp.csr_matrix((v, i, ptr), shape=(len(y), width))
+                   for i, v, ptr, y in parts]).tocsr()
+    return X, np.concatenate([y for *_, y in parts])
+
+
+def objective(X, y, coefficients: np.ndarray, intercept: float) -> float:
+    """MLlib's objective (``standardization=False``): mean log-loss + regParam/2 |w|^2."""
+    m = X @ coefficients + intercept
+    return float(np.mean(np.logaddexp(0.0, m) - y * m)
+                 + PARAMS["regParam"] / 2 * coefficients @ coefficients)
+
+
+def liblinear_fits(X, y, target: float, eps_list: Sequence[float], repeats: int):
+    """liblinear's load and its fit to ``target``: the largest eps that reaches it."""
+    from liblinear import liblinearutil as liblinear
+
+    load, problem = timed(lambda: liblinear.problem(y, X))
+    c = 1.0 / (PARAMS["regParam"] * X.shape[0])
+
+    def fit(eps: float):
+        seconds, model = timed(lambda: liblinear.train(
+            problem, f"-s 0 -m 2 -B 1 -R -c {c!r} -e {eps!r} -q"))
+        w = np.ctypeslib.as_array(model.w, shape=(X.shape[1] + 1,)).copy()
+        sign = 1.0 if model.get_labels()[0] == 1 else -1.0  # liblinear's first label is +1
+        return seconds, objective(X, y, sign * w[:-1], sign * w[-1])
+
+    fit(eps_list[0])  # warm-up
+    for eps in eps_list:
+        seconds, value = fit(eps)
+        if value <= target:
+            times = [seconds] + [fit(eps)[0] for _ in range(repeats - 1)]
+            return {"liblinearLoadSeconds": load, "liblinearSeconds": statistics.median(times),
+                    "liblinearEps": eps, "liblinearObjective": value}
+    return {"liblinearLoadSeconds": load, "liblinearSeconds": float("nan"),
+            "liblinearEps": None, "liblinearObjective": value}
 
 
 def timed(fn):
@@ -87,7 +149,7 @@ def mllib_fit(df, max_iter: int):
     from pyspark.ml.classification import LogisticRegression
 
     seconds, model = timed(lambda: LogisticRegression(maxIter=max_iter, **PARAMS).fit(df))
-    return seconds, model.summary.objectiveHistory[-1], model.summary.totalIterations
+    return seconds, model
 
 
 def gradspark_fit(df, max_iter: int, **extra):
@@ -113,20 +175,24 @@ def iterations_to_reach(df, target: float, max_iter: int) -> int:
 
 
 def engine_steps(spark, df, steps: int) -> Dict[str, float]:
-    """Median full-batch JVM step on the compacted blocks, and what a step touches."""
+    """The data pass a fit starts with, then the median full-batch JVM step on the
+    compacted, partition-local blocks (as a job-per-step fit runs it), and what a step
+    touches."""
     from gradspark.data.blocks import BINARY
     from gradspark.data.compaction import active_features
     from gradspark.data.jvm import JvmTrainingData
     from gradspark.engine.jvm import JvmGradientEngine
     from gradspark.losses import BinaryLogisticLoss
 
-    with JvmTrainingData(df, "features", "label", None, BINARY, 4096, 2) as data:
+    data_seconds, data = timed(lambda: JvmTrainingData(df, "features", "label", None, BINARY,
+                                                       4096, 2))
+    with data:
         width = data.num_features
         nnz = data.statistics.stored_entries
         active = active_features(data.statistics)
         if active is not None:
             data.compact(active)
-        engine = JvmGradientEngine(data, BinaryLogisticLoss(), 2)
+        engine = JvmGradientEngine(data, BinaryLogisticLoss(), 2, local_features=True)
         d = data.num_features
         rng = np.random.default_rng(0)
         times = []
@@ -134,7 +200,9 @@ def engine_steps(spark, df, steps: int) -> Dict[str, float]:
             coef = rng.normal(scale=0.01, size=(d, 1))
             seconds, _ = timed(lambda: engine.gradient_sums(coef, np.zeros(1), np.zeros(0)))
             times.append(seconds)
+        held = float(engine.metrics["meanPartitionFeatures"])
     return {"width": width, "trainedFeatures": d, "nonZeros": nnz,
+            "meanPartitionFeatures": held, "dataPassSeconds": data_seconds,
             "stepSeconds": statistics.median(times[1:])}
 
 
@@ -151,31 +219,40 @@ def adam_case(df) -> Dict[str, object]:
             "warned": any(w.category.__name__ == "DivergenceWarning" for w in caught)}
 
 
-def run_width(spark, args, exponent: int) -> Dict[str, object]:
+def run_case(spark, args, generator: str, exponent: int) -> Dict[str, object]:
     width = 1 << exponent
-    print(f"\n== 2^{exponent} = {width:,} buckets: generating {args.rows:,} rows ...", flush=True)
-    df = make_data(spark, args.rows, width, args.partitions, args.seed)
+    print(f"\n== {generator}, 2^{exponent} = {width:,} buckets: generating {args.rows:,} rows ...",
+          flush=True)
+    df = make_data(spark, generator, args.rows, width, args.partitions, args.seed)
+    X, y = local_data(generator, args.rows, width, args.partitions, args.seed)
     mllib_fit(df, args.iterations)  # warm-up
     mllib = [mllib_fit(df, args.iterations) for _ in range(args.repeats)]
-    target = mllib[-1][1] * (1 + TOLERANCE)
+    mllib_model = mllib[-1][1]
+    mllib_objective = objective(X, y, mllib_model.coefficients.toArray(), mllib_model.intercept)
+    target = mllib_objective * (1 + TOLERANCE)
     ours_iters = iterations_to_reach(df, target, args.iterations)  # also our warm-up
     ours = [gradspark_fit(df, ours_iters) for _ in range(args.repeats)]
     model = ours[-1][1]
     extra = model.summary.extra
     row = {
+        "generator": generator,
         "exponent": exponent,
-        "mllibSeconds": statistics.median(s for s, _, _ in mllib),
-        "mllibObjective": mllib[-1][1],
-        "mllibIterations": mllib[-1][2],
+        "mllibSeconds": statistics.median(s for s, _ in mllib),
+        "mllibObjective": mllib_objective,
+        "mllibIterations": mllib_model.summary.totalIterations,
         "gradsparkSeconds": statistics.median(s for s, _ in ours),
-        "gradsparkObjective": model.summary.objectiveHistory[-1],
+        "gradsparkObjective": objective(X, y, model.coefficients.toArray(), model.intercept),
         "gradsparkIterations": model.summary.totalIterations,
         "gradsparkEvaluations": extra["gradientEvaluations"],
+        "executionStrategy": extra["executionStrategy"],
         "bytesSentPerStep": extra.get("bytesSentPerStep"),
         "bytesReceivedPerStep": extra.get("bytesReceivedPerStep"),
         **engine_steps(spark, df, args.steps),
+        **liblinear_fits(X, y, target, args.liblinear_eps, args.repeats),
     }
     row["ratio"] = row["mllibSeconds"] / row["gradsparkSeconds"]
+    row["liblinearRatio"] = row["gradsparkSeconds"] / row["liblinearSeconds"]
+    row["loadRatio"] = row["dataPassSeconds"] / row["liblinearLoadSeconds"]
     if args.adam and exponent == max(e for e in args.widths if e <= 22):
         row["adam"] = adam_case(df)
     df.unpersist()
@@ -184,16 +261,20 @@ def run_width(spark, args, exponent: int) -> Dict[str, object]:
 
 
 def report(rows: List[Dict[str, object]]) -> None:
-    print("\n| features | MLlib fit s | gradspark fit s | MLlib / gradspark | objective MLlib | "
-          "objective gradspark (iterations) | occurring features | step s | "
-          "weights out B/step | sums in B/step |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| generator | features | MLlib fit s | gradspark fit s | liblinear fit s (eps) | "
+          "MLlib / gradspark | gradspark / liblinear | objective MLlib / gradspark / liblinear "
+          "| gradspark iterations | trained features | held per partition | step s | "
+          "data pass s | liblinear load s |")
+    print("| --- " * 14 + "|")
     for r in rows:
-        print(f"| 2^{r['exponent']} | {r['mllibSeconds']:.1f} | {r['gradsparkSeconds']:.1f} | "
-              f"{r['ratio']:.2f}x | {r['mllibObjective']:.6f} | "
-              f"{r['gradsparkObjective']:.6f} ({r['gradsparkIterations']}) | "
-              f"{r['trainedFeatures']:,} | {r['stepSeconds']:.3f} | "
-              f"{r['bytesSentPerStep']:,.0f} | {r['bytesReceivedPerStep']:,.0f} |")
+        print(f"| {r['generator']} | 2^{r['exponent']} | {r['mllibSeconds']:.1f} | "
+              f"{r['gradsparkSeconds']:.1f} | {r['liblinearSeconds']:.1f} ({r['liblinearEps']}) | "
+              f"{r['ratio']:.2f}x | {r['liblinearRatio']:.2f}x | {r['mllibObjective']:.6f} / "
+              f"{r['gradsparkObjective']:.6f} / {r['liblinearObjective']:.6f} | "
+              f"{r['gradsparkIterations']} ({r['executionStrategy']}) | "
+              f"{r['trainedFeatures']:,} | {r['meanPartitionFeatures']:,.0f} | "
+              f"{r['stepSeconds']:.3f} | {r['dataPassSeconds']:.1f} | "
+              f"{r['liblinearLoadSeconds']:.2f} |")
     for r in rows:
         if "adam" in r:
             a = r["adam"]
@@ -213,7 +294,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     print(f"load average before start: {os.getloadavg()[0]:.2f}", flush=True)
-    rows = [run_width(spark, args, e) for e in args.widths]
+    rows = [run_case(spark, args, g, e) for g in args.generators for e in args.widths]
     report(rows)
     if args.json:
         with open(args.json, "w") as out:
