@@ -291,7 +291,7 @@ def test_partition_local_features_give_the_dense_sums_bit_for_bit(spark):
                 with JvmTrainingData(df, "features", label, "weight", domain, 16, depth) as data:
                     engine = JvmGradientEngine(data, loss, depth, local_features=local)
                     if local:
-                        assert sorted(engine._held.tolist()) == sorted(expected_held)
+                        assert sorted(engine.held_features.tolist()) == sorted(expected_held)
                         assert data.stored_bytes() > 0  # the local copy is the cached one
                     sums[local] = [engine.gradient_sums(coef, offset, np.zeros(0), *batch)
                                    for batch in ((1.0, 0, 0), (0.3, 11, 4))]

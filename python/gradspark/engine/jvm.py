@@ -56,12 +56,13 @@ class JvmGradientEngine:
         self._constants = to_bytes(_loss_constants(loss))
         self.traffic = JobTraffic()
         self._partitions = data.num_partitions  # fixed for the fit; asking is a py4j call
-        self._held = data.localize() if local_features else None
+        # features each partition holds (None: dense steps)
+        self.held_features = data.localize() if local_features else None
 
     @property
     def metrics(self) -> Dict[str, object]:
-        local = {} if self._held is None else {
-            "meanPartitionFeatures": float(self._held.mean())}
+        local = {} if self.held_features is None else {
+            "meanPartitionFeatures": float(self.held_features.mean())}
         return {"compression": "none", **local, **self.traffic.totals}
 
     def gradient_sums(
@@ -93,8 +94,8 @@ class JvmGradientEngine:
         flat = call_with_file(params, job)
         size = d * k + k + len(aux)
         tail = 8 * (size - d * k + 3)
-        received = (self._partitions * (8 * d * k + tail) if self._held is None
-                    else int(self._held.sum()) * (4 + 8 * k) + self._partitions * tail)
+        received = (self._partitions * (8 * d * k + tail) if self.held_features is None
+                    else int(self.held_features.sum()) * (4 + 8 * k) + self._partitions * tail)
         self.traffic.step(8 * size, received, self._partitions)
         if len(flat) == 0 or flat[-1] == 0:
             return None
