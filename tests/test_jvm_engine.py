@@ -301,14 +301,4 @@ def test_partition_local_features_give_the_dense_sums_bit_for_bit(spark):
                 assert (local_sums.loss_sum, local_sums.weight_sum, local_sums.count) == (
                     dense_sums.loss_sum, dense_sums.weight_sum, dense_sums.count)
             assert 0 < sums[True][1].count < n
-        # Coalesced first (what a full-batch fit does with more partitions than slots):
-        # 2 local partitions, every occurring feature held, the same sums to rounding.
-        with JvmTrainingData(df, "features", label, "weight", domain, 16, 2) as data:
-            engine = JvmGradientEngine(data, loss, 2, local_features=True, local_partitions=2)
-            assert engine.held_features.size == 2
-            assert engine.held_features.sum() >= len({j for c in columns for j in c})
-            coalesced = engine.gradient_sums(coef, offset, np.zeros(0))
-        np.testing.assert_allclose(coalesced.vector(), sums[False][0].vector(), rtol=1e-12,
-                                   atol=1e-12 * np.abs(sums[False][0].vector()).max())
-        assert coalesced.count == n
     df.unpersist()

@@ -104,13 +104,12 @@ class JvmTrainingData(TrainingData):
         self.statistics = self.statistics.select(active)
         self.num_features = len(active)
 
-    def localize(self, partitions: int = 0) -> np.ndarray:
+    def localize(self) -> np.ndarray:
         """Renumber every partition's blocks to the features it holds, for the JVM
-        engine's steps (``LocalPartition`` in ``LocalFeatures.scala``), first coalescing
-        them into ``partitions`` when that is fewer (0: keep them); the blocks as they
-        were are unpersisted (kept as lineage). Returns the features each (local)
+        engine's steps (``LocalPartition`` in ``LocalFeatures.scala``); the blocks as
+        they were are unpersisted (kept as lineage). Returns the features each
         partition holds."""
-        held = np.array(list(self.blocks.localize(int(partitions))), dtype=np.int64)
+        held = np.array(list(self.blocks.localize()), dtype=np.int64)
         logger.info("partition-local features: each of %d partitions holds %.0f of %d "
                     "features on average (at most %d)", held.size, held.mean(),
                     self.num_features, held.max(initial=0))

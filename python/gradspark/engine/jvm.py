@@ -43,29 +43,25 @@ class JvmGradientEngine:
     it has no rows.
 
     ``local_features``: first renumber each partition to the features it holds
-    (:meth:`JvmTrainingData.localize`, coalescing into ``local_partitions`` when
-    that is fewer); a task then gathers and returns only those
-    (``LocalFeatures.scala``): the dense job's sums to the bit over the same
-    partitions and aggregation tree.
+    (:meth:`JvmTrainingData.localize`); a task then gathers and returns only
+    those (``LocalFeatures.scala``), with the same sums to the bit at the same
+    aggregation tree.
     """
 
     def __init__(self, data: JvmTrainingData, loss: Loss, aggregation_depth: int = 2,
-                 local_features: bool = False, local_partitions: int = 0) -> None:
+                 local_features: bool = False) -> None:
         self.data = data
         self.loss = loss
         self.aggregation_depth = aggregation_depth
         self._constants = to_bytes(_loss_constants(loss))
         self.traffic = JobTraffic()
+        self._partitions = data.num_partitions  # fixed for the fit; asking is a py4j call
         # features each partition holds (None: dense steps)
-        self.held_features = data.localize(local_partitions) if local_features else None
-        # fixed for the fit (asking is a py4j call)
-        self._partitions = (data.num_partitions if self.held_features is None
-                            else self.held_features.size)
+        self.held_features = data.localize() if local_features else None
 
     @property
     def metrics(self) -> Dict[str, object]:
         local = {} if self.held_features is None else {
-            "localPartitions": int(self.held_features.size),
             "meanPartitionFeatures": float(self.held_features.mean())}
         return {"compression": "none", **local, **self.traffic.totals}
 

@@ -33,7 +33,7 @@ def gradient_engine(plan: FitPlan, data, objective: LinearObjective):
     started by ``with engine:`` around the training (see :func:`train`)."""
     loss, depth, resident = objective.loss, plan.aggregation_depth, plan.workers
     if plan.kernels == "jvm":
-        return JvmGradientEngine(data, loss, depth, plan.local_features, plan.local_partitions)
+        return JvmGradientEngine(data, loss, depth, plan.local_features)
     if plan.resident:
         # Local SGD's workers answer with local steps; lossy answers are decoded with
         # the objective's own scaling (GradientResponse).
@@ -57,7 +57,7 @@ def job_engine(plan: FitPlan, data, loss: Loss):
     """A job-per-step engine over ``data``'s blocks, for the plan's data path."""
     depth = plan.aggregation_depth
     if plan.data.jvm:
-        return JvmGradientEngine(data, loss, depth, plan.local_features, plan.local_partitions)
+        return JvmGradientEngine(data, loss, depth, plan.local_features)
     return python_job_engine(data, loss, depth, Compression(), plan.faults)
 
 

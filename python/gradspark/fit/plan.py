@@ -109,9 +109,6 @@ class FitPlan:
     # JVM job-per-step on sparse blocks: each partition's steps gather and return only
     # the features it holds (LocalFeatures.scala), not d-sized arrays.
     local_features: bool = False
-    # ... after coalescing the partitions into this many (0: as they are): full-batch
-    # fits only, whose steps do not sample rows by partition index.
-    local_partitions: int = 0
 
     @property
     def faults(self) -> Optional[FaultPlan]:
@@ -205,12 +202,12 @@ def plan_fit(params: SGDParams, data_plan: DataPlan, sc, data) -> FitPlan:
     trainer = ("sharded" if params.getParameterServers()
                else "async" if isinstance(config, AsyncConfig)
                else "localSGD" if config.local_steps > 1 else "sync")
-    slots = min(data.num_partitions, task_slots(sc))
     if trainer == "sharded":
         kernels, strategy, why = "python", "sharded", (
             f"parameterServers={params.getParameterServers()}: shards in the workers' tasks")
     else:
-        kernels, strategy, why = choose(params, data_plan, data.stored_bytes() / slots,
+        workers = min(data.num_partitions, task_slots(sc))
+        kernels, strategy, why = choose(params, data_plan, data.stored_bytes() / workers,
                                         resident_stage_running(sc))
     if params.getCompression() == "topk" and params.getOptimizer() in ("adam", "adagrad",
                                                                        "ftrl"):
@@ -221,18 +218,14 @@ def plan_fit(params: SGDParams, data_plan: DataPlan, sc, data) -> FitPlan:
     logger.info("%s: %s kernels, %s (%s; blockified in the %s)", type(params).__name__,
                 kernels, strategy, why, "JVM" if data_plan.jvm else "Python workers")
     config.faults = fault_plan()  # the one seam where test-only fault injection enters
-    settings = WorkerSettings(
+    workers = WorkerSettings(
         params.getMiniBatchFraction(), params.getSeed(), params.getParameterServerHost(),
         params.getWorkerTimeout(), params.getAggregationTopology(), params.getWorkerQuorum(),
         params.getSparsePull(), params.getBatchSizing(), params.getParameterServers())
     local = (kernels == "jvm" and strategy == "jobPerStep"
              and data.statistics.density < SPARSE_DENSITY)
-    # More partitions than task slots run in waves, each returning the sums of the
-    # features it holds: one partition per slot returns each shared feature once.
-    coalesce = local and params.getMiniBatchFraction() >= 1.0 and data.num_partitions > slots
     return FitPlan(data_plan, kernels, strategy, trainer, why, config,
-                   compression_of(params), settings, params.getAggregationDepth(), local,
-                   slots if coalesce else 0)
+                   compression_of(params), workers, params.getAggregationDepth(), local)
 
 
 def choose(params: SGDParams, data_plan: DataPlan, bytes_per_worker: float,

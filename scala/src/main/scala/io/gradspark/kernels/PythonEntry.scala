@@ -19,7 +19,7 @@ import org.apache.spark.storage.StorageLevel
 object PythonEntry {
   /** What python checks before calling (gradspark.engine.jvm.KERNELS_VERSION): bump it
    *  whenever a signature python calls changes. 2: results go to a file. 3: the weights
-   *  come from a file too; JvmBlocks.compact. 4: JvmBlocks.localize(partitions). */
+   *  come from a file too; JvmBlocks.compact. 4: JvmBlocks.localize. */
   val Version = "4"
 
   /** Validated blocks of df, cached MEMORY_AND_DISK (not yet computed: call statistics). */
@@ -106,15 +106,10 @@ final class JvmBlocks(
   /** Renumbers each partition's blocks to the features it holds, caches and computes
    *  them, and unpersists these blocks (kept as lineage: a lost partition is recomputed
    *  from them, or from their checkpoint). Later steps run on the local partitions.
-   *  `partitions` > 0 and fewer than the blocks': the blocks are first coalesced (no
-   *  shuffle) into that many, so that partitions sharing features share one task and one
-   *  result. Returns how many features each partition holds. */
-  def localize(partitions: Int): Array[Int] = {
+   *  Returns how many features each partition holds. */
+  def localize(): Array[Int] = {
     if (local == null) {
-      val source =
-        if (partitions > 0 && partitions < rdd.getNumPartitions) rdd.coalesce(partitions)
-        else rdd
-      local = source.mapPartitions(new LocalizeFunction)
+      local = rdd.mapPartitions(new LocalizeFunction, preservesPartitioning = true)
       local.persist(StorageLevel.MEMORY_AND_DISK)
       local.setName(rdd.name + " (partition-local features)")
     }
