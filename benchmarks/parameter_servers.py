@@ -38,9 +38,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import wide_sparse  # noqa: E402  (the same data as the MLlib comparison)
-from wide_sparse import make_data  # noqa: E402
+from gradspark.testing.ctr_data import ctr_frame  # the data of wide_sparse.py
 
 PARAMS = dict(optimizer="adam", stepSize=0.01, miniBatchFraction=0.01, regParam=1e-4,
               standardization=False, tol=0.0, seed=11)
@@ -107,7 +105,7 @@ def run(df, args, name: str, extra: Dict[str, object], baseline) -> Dict[str, ob
 def run_width(spark, args, exponent: int) -> List[Dict[str, object]]:
     width = 1 << exponent
     print(f"\n== 2^{exponent} = {width:,} buckets: generating {args.rows:,} rows ...", flush=True)
-    df = make_data(spark, args.rows, width, args.partitions, args.seed)
+    df = ctr_frame(spark, args.rows, width, args.partitions, args.seed)
     fit(df, 2, dict(RUNS[0][1]))  # warm-up: Python workers, JIT-free numpy paths
     rows: List[Dict[str, object]] = []
     for name, extra in RUNS:
@@ -140,10 +138,7 @@ def report(rows: List[Dict[str, object]]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark import cloudpickle
     from pyspark.sql import SparkSession
-
-    cloudpickle.register_pickle_by_value(wide_sparse)  # executors cannot import benchmarks/
 
     spark = (SparkSession.builder.master(args.master)
              .appName("gradspark parameter-server benchmark")

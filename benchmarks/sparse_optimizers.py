@@ -52,17 +52,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def make_frame(spark, generator: str, rows: int, width: int, partitions: int, seed: int):
-    from gradspark.testing.ctr_data import sparse_rows
-
-    per = rows // partitions
-    rdd = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(
-        lambda p: sparse_rows(generator, p, per, width, seed))
-    df = rdd.toDF(["label", "features"]).select("features", "label").cache()
-    df.count()
-    return df
-
-
 def held_out_metrics(model, held_out) -> Dict[str, float]:
     from pyspark.ml.evaluation import (BinaryClassificationEvaluator,
                                        MulticlassClassificationEvaluator)
@@ -84,11 +73,12 @@ def run_generator(spark, args, generator: str) -> Dict[str, object]:
     from pyspark.ml.classification import LogisticRegression
 
     from gradspark import SGDLogisticRegression
+    from gradspark.testing.ctr_data import ctr_frame
 
     width = 1 << args.bits
-    train = make_frame(spark, generator, args.rows, width, args.partitions, args.seed)
-    held_out = make_frame(spark, generator, args.rows // 4, width, args.partitions,
-                          args.seed + 1000)
+    train = ctr_frame(spark, args.rows, width, args.partitions, args.seed, generator)
+    held_out = ctr_frame(spark, args.rows // 4, width, args.partitions, args.seed + 1000,
+                         generator)
     common = dict(regParam=args.reg, standardization=False)
     seconds, lbfgs = timed_fit(SGDLogisticRegression(maxIter=500, tol=1e-9, **common), train)
     target = lbfgs.summary.objectiveHistory[-1]

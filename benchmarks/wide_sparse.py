@@ -60,7 +60,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from gradspark.testing.ctr_data import ctr_arrays, sparse_rows
+from gradspark.testing.ctr_data import ctr_arrays, ctr_frame
 
 PARAMS = dict(regParam=1e-4, standardization=False, tol=0.0)
 TOLERANCE = 1e-5  # relative objective gap counted as "at MLlib's objective"
@@ -89,17 +89,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def make_data(spark, generator: str, rows: int, width: int, partitions: int, seed: int):
-    per = rows // partitions
-    rdd = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(
-        lambda p: sparse_rows(generator, p, per, width, seed))
-    df = rdd.toDF(["label", "features"]).select("features", "label").cache()
-    df.count()
-    return df
-
-
 def local_data(generator: str, rows: int, width: int, partitions: int, seed: int):
-    """The same rows as :func:`make_data`'s, as one scipy CSR matrix and labels."""
+    """The same rows as :func:`ctr_frame`'s, as one scipy CSR matrix and labels."""
     per = rows // partitions
     parts = [ctr_arrays(generator, per, width, seed, p) for p in range(partitions)]
     X = sp.vstack([sp.csr_matrix((v, i, ptr), shape=(len(y), width))
@@ -223,7 +214,7 @@ def run_case(spark, args, generator: str, exponent: int) -> Dict[str, object]:
     width = 1 << exponent
     print(f"\n== {generator}, 2^{exponent} = {width:,} buckets: generating {args.rows:,} rows ...",
           flush=True)
-    df = make_data(spark, generator, args.rows, width, args.partitions, args.seed)
+    df = ctr_frame(spark, args.rows, width, args.partitions, args.seed, generator)
     X, y = local_data(generator, args.rows, width, args.partitions, args.seed)
     mllib_fit(df, args.iterations)  # warm-up
     mllib = [mllib_fit(df, args.iterations) for _ in range(args.repeats)]

@@ -95,3 +95,15 @@ def sparse_rows(generator: str, partition: int, rows: int, width: int, seed: int
              SparseVector(width, indices[indptr[i]:indptr[i + 1]].tolist(),
                           values[indptr[i]:indptr[i + 1]].tolist()))
             for i in range(rows)]
+
+
+def ctr_frame(spark, rows: int, width: int, partitions: int, seed: int,
+              generator: str = "ctr"):
+    """A cached DataFrame of ``(features, label)``: ``rows`` rows of ``generator`` generated
+    on the executors, ``rows // partitions`` per partition (the benchmarks' data)."""
+    per = rows // partitions
+    rdd = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(
+        lambda p: sparse_rows(generator, p, per, width, seed))
+    df = rdd.toDF(["label", "features"]).select("features", "label").cache()
+    df.count()
+    return df
