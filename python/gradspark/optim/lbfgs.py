@@ -120,7 +120,8 @@ def _unbounded_lbfgs(fun, z0: np.ndarray, first: float, first_grad: np.ndarray,
     z, value, grad = z0, first, first_grad
     current = [z]
     pairs: List[Tuple[np.ndarray, np.ndarray, float]] = []
-    for _ in range(max_iter):
+    accepted = 0
+    while accepted < max_iter:
         if not np.any(grad):
             return z, "the gradient is zero", True
         if pairs:
@@ -140,7 +141,7 @@ def _unbounded_lbfgs(fun, z0: np.ndarray, first: float, first_grad: np.ndarray,
                 pairs.clear()
                 continue
             return z, "the line search found no acceptable step", False
-        new_z = z + step * direction
+        new_z = z + step * direction  # the line search's own point, bit for bit
         new_value, new_grad = fun(new_z)  # evaluated by the line search: no new pass
         s_k, y_k = new_z - z, new_grad - grad
         curvature = float(y_k @ s_k)
@@ -149,10 +150,11 @@ def _unbounded_lbfgs(fun, z0: np.ndarray, first: float, first_grad: np.ndarray,
             del pairs[:-memory]
         z, value, grad = new_z, new_value, new_grad
         current[0] = z
+        accepted += 1
         try:
             callback(value, z)
-        except StopIteration:
-            return z, "stopped", True
+        except StopIteration:  # as scipy reports a callback's stop
+            return z, "`callback` raised `StopIteration`.", False
     return z, "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT", False
 
 
