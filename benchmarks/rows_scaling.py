@@ -199,9 +199,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = session(args)
     print(f"load average before start: {os.getloadavg()[0]:.2f}", flush=True)
-    paths = {rows: dataset(spark, args, rows) for rows in sorted(set(args.rows)
-                                                                  | {args.spill_rows})}
-    gradspark_fit(spark, paths[min(paths)], args)  # warm-up (the kernels jar, JIT)
+    sizes = set(args.rows) | ({args.spill_rows} if args.spill_rows else set())
+    paths = {rows: dataset(spark, args, rows) for rows in sorted(sizes)}
+    warm_up = dataset(spark, args, ROWS_PER_PARTITION)  # the first file
+    gradspark_fit(spark, warm_up, args)  # the kernels jar, JIT
     results = []
     for rows in args.rows:
         row = {"rows": rows, "gradspark": gradspark_fit(spark, paths[rows], args)}
@@ -212,7 +213,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.spill_rows:
         spark.stop()
         spark = session(args, memory_fraction=args.spill_fraction)
-        gradspark_fit(spark, paths[min(paths)], args)  # warm-up in the new context
+        gradspark_fit(spark, warm_up, args)  # warm-up in the new context
         row = {"rows": args.spill_rows, "spill": True,
                "gradspark": gradspark_fit(spark, paths[args.spill_rows], args)}
         print(json.dumps(row), flush=True)
