@@ -92,13 +92,15 @@ def shard_offsets_after_swapping_ranks(process: int, ports, results) -> None:
     import torch.distributed as dist
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
+    from gradspark.neural.mesh import RankGrid
     from gradspark.neural.parallelism import FullySharded
 
     for group, port in enumerate(ports):
         rank = process if group == 0 else 1 - process
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=2)
-        module = FullySharded().wrap(torch.nn.Linear(4, 4), torch.device("cpu"), False, 2)
+        module = FullySharded(None, RankGrid("fsdp", [[0, 1]], rank)).wrap(
+            torch.nn.Linear(4, 4), torch.device("cpu"))
         weight = module.weight
         _, offsets = compute_local_shape_and_global_offset(weight.shape, weight.device_mesh,
                                                            weight.placements)

@@ -21,7 +21,7 @@ import logging
 import dataclasses
 import re
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from pyspark.ml import Estimator
 from pyspark.ml.param import Params
@@ -43,6 +43,7 @@ from gradspark.rpc.endpoint import driver_endpoint
 from gradspark.rpc.security import spark_encrypts
 from gradspark.rpc import ParameterServer
 from gradspark.stages.slots import require_task_slots
+from gradspark.neural.mesh import mesh_shape
 from gradspark.neural.progress import ProgressReports
 from gradspark.neural.rank_loop import partition_trainer
 from gradspark.neural.spec import RESULT_SCHEMA, TorchTrainingError, TorchTrainSpec
@@ -74,6 +75,13 @@ def _set_params(instance: Params, kwargs: Dict[str, Any]) -> None:
     instance._set(**{k: v for k, v in kwargs.items() if v is not None})
 
 
+def _bytes_by_rank(rows) -> Dict[str, List[int]]:
+    """Every rank's parameter and optimizer-state bytes, in rank order."""
+    infos = [json.loads(r.info) for r in sorted(rows, key=lambda r: r.rank)]
+    return {"parameterBytesByRank": [i["parameterBytes"] for i in infos],
+            "optimizerStateBytesByRank": [i["optimizerStateBytes"] for i in infos]}
+
+
 def _worker_traceback(error: Exception) -> str:
     """The Python traceback of the failed task, out of Spark's error text."""
     text = str(error)
@@ -83,7 +91,8 @@ def _worker_traceback(error: Exception) -> str:
 
 
 class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
-    """Train a PyTorch module on a DataFrame with DDP across Spark barrier tasks.
+    """Train a PyTorch module on a DataFrame across Spark barrier tasks: data parallel
+    (DDP, FSDP, HSDP), tensor parallel, pipeline parallel, or a 2-D mix.
 
     Parameters
     ----------
@@ -96,7 +105,9 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
     optimizer_fn : callable (parameters) -> torch.optim.Optimizer, optional
         Default: Adam with ``learningRate``.
     **params
-        Any Param: ``numWorkers``, ``useGpu``, ``strategy`` (``"ddp"`` or ``"fsdp"``),
+        Any Param: ``numWorkers``, ``useGpu``, ``strategy`` (``"ddp"``, ``"fsdp"``,
+        ``"tensor"`` or ``"pipeline"``), ``meshShape`` (``[replicas, parallel]``),
+        ``tensorParallelPlan``, ``pipelineSplit``, ``pipelineSchedule``, ``microBatches``,
         ``batchSize`` (global), ``epochs``,
         ``labelDtype``, ``featuresCol``, ``labelCol``, ``predictionCol``,
         ``rawPredictionCol``, ``seed``, ``checkpointDir`` (local or mounted
@@ -105,7 +116,7 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
         ``checkpointUnit="step"``: mid-epoch checkpoints that resume at the next
         unseen batch), ``checkpointFormat`` (``"full"``, ``"sharded"``:
         ``torch.distributed.checkpoint`` shards written by every rank, or ``"auto"``:
-        sharded under FSDP), ``keepCheckpoints``, ``resume``,
+        sharded unless ``strategy="ddp"``), ``keepCheckpoints``, ``resume``,
         ``validationIndicatorCol`` (boolean column of held-out rows: early stopping by
         MLlib's GBT rule with ``validationTol``, the best epoch's parameters kept).
 
@@ -135,6 +146,14 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             value = self.getOrDefault(name)
             if value < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
+        mesh_shape(self.getStrategy(), self.getMeshShape(), self.getNumWorkers())
+        if self.getMicroBatches() < 1:
+            raise ValueError(f"microBatches must be >= 1, got {self.getMicroBatches()}")
+        for name, strategy in (("pipelineSplit", "pipeline"), ("pipelineSchedule", "pipeline"),
+                               ("microBatches", "pipeline"), ("tensorParallelPlan", "tensor")):
+            if self.isSet(name) and self.getStrategy() != strategy:
+                raise ValueError(f"{name} is set but strategy={self.getStrategy()!r}: it "
+                                 f"applies to strategy={strategy!r} only")
 
     def _fingerprint(self) -> Dict[str, Any]:
         # numWorkers is left out on purpose: a run may resume on a cluster of
@@ -196,6 +215,10 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             fail_epoch=plan.fail_step if plan and plan.fail_partition is not None else None,
             fail_batch=plan.fail_batch if plan else None,
             fail_kill=bool(plan and plan.kill),
+            mesh_shape=tuple(self.getMeshShape()),
+            tensor_plan=tuple(sorted(self.getTensorParallelPlan().items())),
+            pipeline_split=tuple(self.getPipelineSplit()),
+            pipeline_schedule=self.getPipelineSchedule(), micro_batches=self.getMicroBatches(),
         )
 
     def _progress_channel(self, context, spec: TorchTrainSpec):
@@ -258,6 +281,7 @@ class TorchEstimator(Estimator, TorchParams, MLReadable, MLWritable):
             progressReports=len(reports.reports) if reports is not None else 0,
             strategy=info["strategy"], parameterBytesPerRank=info["parameterBytes"],
             optimizerStateBytesPerRank=info["optimizerStateBytes"],
+            meshShape=info["mesh"], **_bytes_by_rank(rows),
             checkpointFormat=self._resolved_checkpoint_format() if self.getCheckpointDir()
             else None, checkpointSeconds=info["checkpoint_seconds"])
         logger.info("TorchEstimator: %d ranks, %d epochs (from %d), final loss %s, %.1f s",

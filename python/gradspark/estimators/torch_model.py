@@ -58,6 +58,11 @@ class TorchTrainingSummary(LossCurve):
     parameterBytesPerRank: int = 0
     optimizerStateBytesPerRank: int = 0
     checkpointFormat: Optional[str] = None  # "full" or "sharded"; None without checkpointDir
+    meshShape: List[int] = field(default_factory=list)  # [replicas, parallel] (gradspark.neural.mesh)
+    # What every rank held at the end, in rank order (pipeline: its stage; tensor: its
+    # half of each split layer)
+    parameterBytesByRank: List[int] = field(default_factory=list)
+    optimizerStateBytesByRank: List[int] = field(default_factory=list)
     checkpointSeconds: List[float] = field(default_factory=list)  # each write, on rank 0
 
     @property

@@ -1,4 +1,4 @@
-"""How TorchEstimator's ranks hold the model: replicated (DDP) or fully sharded (FSDP).
+"""How TorchEstimator's ranks hold the model: the ``strategy`` Param.
 
 ``strategy="ddp"``: every rank holds the whole module, its gradients and its
 optimizer state; gradients are averaged with all-reduce.
@@ -9,22 +9,33 @@ child module that has parameters, then the root, is sharded over the ranks,
 so a rank holds 1/N of the parameters, gradients and optimizer state, and
 gathers a layer's parameters only while it runs. Gradients are reduce-
 scattered and averaged over the ranks as DDP's are, so the optimizer steps
-are the same (tested equal to DDP's).
+are the same (tested equal to DDP's). With ``meshShape=[R, S]`` it is HSDP:
+sharded over the S ranks of a host group, replicated over R groups.
 
-The returned model holds the *full* state dict in both cases (for FSDP
-gathered with ``torch.distributed.checkpoint.state_dict``, every rank taking
-part, onto rank 0's CPU), so it transforms without torch.distributed.
-Checkpoints hold either that full state (``checkpointFormat="full"``, one
-file rank 0 writes) or each rank's shards (``"sharded"``, the default under
-FSDP: :mod:`gradspark.checkpoints.distributed`); both resume on any number of
-ranks.
+``strategy="tensor"`` (:mod:`gradspark.neural.tensor_parallel`) and
+``strategy="pipeline"`` (:mod:`gradspark.neural.pipeline_parallel`) split one
+copy of the model over a row of the rank grid (:mod:`gradspark.neural.mesh`);
+the rows are data-parallel replicas.
+
+Every strategy answers the same questions for the training loop
+(:mod:`gradspark.neural.rank_loop`): what this rank holds (``module``), one
+forward/backward on a batch (``train_step``), a loss without gradients
+(``evaluate``), and the state to checkpoint or return. The returned model
+holds the *full* state dict in every case (gathered onto rank 0's CPU), so it
+transforms without torch.distributed. Checkpoints hold either that full state
+(``checkpointFormat="full"``, one file rank 0 writes) or each rank's shards
+(``"sharded"``: :mod:`gradspark.checkpoints.distributed`), keyed by the
+parameters' names in the unsplit model, so DCP reshards them on load.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-STRATEGIES = ("ddp", "fsdp")
+from gradspark.neural.mesh import RankGrid
+from gradspark.neural.spec import TorchTrainSpec, batch_loss, user_call
+
+STRATEGIES = ("ddp", "fsdp", "tensor", "pipeline")
 
 
 def _tensor_bytes(value) -> int:
@@ -37,82 +48,106 @@ class Replicated:
 
     name = "ddp"
 
-    def wrap(self, module, device, use_gpu: bool, world: int):
+    def __init__(self, spec: Optional[TorchTrainSpec], grid: RankGrid) -> None:
+        self.spec, self.grid = spec, grid
+        self.module = None  # what this rank holds, once wrapped
+
+    @property
+    def owns_loss(self) -> bool:
+        """Whether this rank's loss counts in the epoch's sum: one rank per batch group."""
+        return True
+
+    @property
+    def batch_process_group(self):
+        """The process group of this rank's batch group (None: the rank alone)."""
+        return None
+
+    def wrap(self, module, device):
+        """The model to train (every rank calls it); sets :attr:`module`."""
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(module, device_ids=[device.index] if use_gpu else None)
+        self.module = module
+        return DistributedDataParallel(
+            module, device_ids=[device.index] if device.type == "cuda" else None)
 
-    def full_state(self, model, module, optimizer) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    def train_step(self, model, X, y, scale: float):
+        """Forward and backward on a batch, the mean loss's gradient scaled by ``scale``;
+        the mean loss (detached), or None on a rank that does not own it."""
+        loss = batch_loss(self.spec, model, X, y)
+        (loss * scale).backward()
+        return loss.detach()
+
+    def evaluate(self, model, X, y):
+        """The mean loss of a batch without gradients (None: not this rank's to count, or
+        no rows: the forward pass still runs, for the collectives in it)."""
+        if not len(y):
+            user_call("model forward", self.module, X)
+            return None
+        return batch_loss(self.spec, self.module, X, y)
+
+    @property
+    def chunk_rows(self) -> int:
+        """Rows per forward pass when validating."""
+        return self.spec.batch_size
+
+    def full_state(self, model, optimizer) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """(model state, optimizer state) to checkpoint; every rank calls it."""
-        return module.state_dict(), optimizer.state_dict()
+        return self.module.state_dict(), optimizer.state_dict()
 
-    def load(self, model, module, optimizer, model_state, optimizer_state) -> None:
-        module.load_state_dict(model_state)
+    def load(self, model, optimizer, model_state, optimizer_state) -> None:
+        self.module.load_state_dict(model_state)
         optimizer.load_state_dict(optimizer_state)
 
-    def sharded_state(self, module, optimizer) -> Dict[str, Any]:
+    def sharded_state(self, optimizer) -> Dict[str, Any]:
         """This rank's part of the model and optimizer state, keyed by parameter name
-        (DTensor shards under FSDP, whole tensors under DDP), for
-        ``torch.distributed.checkpoint``; every rank calls it."""
+        (DTensor shards under FSDP and tensor parallelism, a stage's tensors under the
+        pipeline, whole tensors under DDP), for ``torch.distributed.checkpoint``; every
+        rank calls it."""
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        model_state, optimizer_state = get_state_dict(module, optimizer)
+        model_state, optimizer_state = get_state_dict(self.module, optimizer)
         return {"model": model_state, "optimizer": optimizer_state}
 
-    def load_sharded(self, module, optimizer, state: Dict[str, Any]) -> None:
+    def load_sharded(self, optimizer, state: Dict[str, Any]) -> None:
         """Load what :meth:`sharded_state` returned, once filled from a checkpoint."""
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        set_state_dict(module, optimizer, model_state_dict=state["model"],
+        set_state_dict(self.module, optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
 
-    def model_state(self, model, module) -> Dict[str, Any]:
+    def model_state(self, model) -> Dict[str, Any]:
         """The full module state on the CPU; every rank calls it."""
-        return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+        return {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()}
 
-    def bytes_per_rank(self, module, optimizer) -> Dict[str, int]:
+    def bytes_per_rank(self, optimizer) -> Dict[str, int]:
         """What this rank holds: parameters and optimizer state, in bytes."""
-        parameters = sum(_tensor_bytes(p) for p in module.parameters())
+        parameters = sum(_tensor_bytes(p) for p in self.module.parameters())
         state = sum(_tensor_bytes(v) for per_param in optimizer.state.values()
                     for v in per_param.values() if hasattr(v, "element_size") and v.dim())
         return {"parameterBytes": parameters, "optimizerStateBytes": state}
 
 
-def _fresh_mesh_name() -> str:
-    """A mesh dimension name no earlier process group in this process used.
-
-    Spark reuses Python workers, so one process can be rank 1 in one fit and rank 0
-    in the next. torch's DTensor caches (sharding propagation, redistribution) key on
-    the DeviceMesh, whose equality ignores which rank holds it: an equal mesh from an
-    earlier fit comes back with that fit's coordinate, and the parameters' shard
-    offsets (what torch.distributed.checkpoint writes and reads) name the other
-    rank's half. A name of its own per process group keeps those caches apart.
-    """
-    import uuid
-
-    import torch.distributed as dist
-
-    name = [uuid.uuid4().hex]
-    dist.broadcast_object_list(name, src=0)
-    return f"fsdp-{name[0]}"
-
-
 class FullySharded(Replicated):
-    """FSDP2: parameters, gradients and optimizer state split over the ranks."""
+    """FSDP2: parameters, gradients and optimizer state split over the ranks (HSDP on a
+    2-D mesh: split within a row, replicated over the rows)."""
 
     name = "fsdp"
 
-    def wrap(self, module, device, use_gpu: bool, world: int):
-        from torch.distributed.device_mesh import init_device_mesh
+    def _mesh(self, device):
+        mesh = self.grid.device_mesh(device.type)
+        return mesh if self.grid.replicas > 1 else mesh[mesh.mesh_dim_names[1]]
+
+    def wrap(self, module, device):
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh(device.type, (world,), mesh_dim_names=(_fresh_mesh_name(),))
+        mesh = self._mesh(device)
         # Children first, then the root: a child's parameters are gathered only while
         # it runs (the root's own parameters, if any, stay in the root's group).
         for child in list(module.children()):
             if any(True for _ in child.parameters()):
                 fully_shard(child, mesh=mesh)
         fully_shard(module, mesh=mesh)
+        self.module = module
         return module
 
     @staticmethod
@@ -121,24 +156,38 @@ class FullySharded(Replicated):
 
         return StateDictOptions(full_state_dict=True, **extra)
 
-    def full_state(self, model, module, optimizer):
+    def full_state(self, model, optimizer):
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        return get_state_dict(module, optimizer, options=self._options(cpu_offload=True))
+        return get_state_dict(self.module, optimizer, options=self._options(cpu_offload=True))
 
-    def load(self, model, module, optimizer, model_state, optimizer_state) -> None:
+    def load(self, model, optimizer, model_state, optimizer_state) -> None:
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        set_state_dict(module, optimizer, model_state_dict=model_state,
+        set_state_dict(self.module, optimizer, model_state_dict=model_state,
                        optim_state_dict=optimizer_state, options=self._options())
 
-    def model_state(self, model, module):
+    def model_state(self, model):
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        return get_model_state_dict(module, options=self._options(cpu_offload=True))
+        return get_model_state_dict(self.module, options=self._options(cpu_offload=True))
 
 
-def parallelism(strategy: str) -> Replicated:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {list(STRATEGIES)}, got {strategy!r}")
-    return FullySharded() if strategy == "fsdp" else Replicated()
+def parallelism(spec: TorchTrainSpec, grid: RankGrid, width: int = 0,
+                padded_rows: int = 0) -> Replicated:
+    """The strategy object for ``spec.strategy``. The pipeline needs the features'
+    ``width`` and its fixed batch shape, ``padded_rows``
+    (:func:`gradspark.neural.pipeline_parallel.padded_batch_rows`)."""
+    if spec.strategy == "fsdp":
+        return FullySharded(spec, grid)
+    if spec.strategy == "tensor":
+        from gradspark.neural.tensor_parallel import TensorParallel
+
+        return TensorParallel(spec, grid)
+    if spec.strategy == "pipeline":
+        from gradspark.neural.pipeline_parallel import Pipelined
+
+        return Pipelined(spec, grid, padded_rows, width)
+    if spec.strategy == "ddp":
+        return Replicated(spec, grid)
+    raise ValueError(f"strategy must be one of {list(STRATEGIES)}, got {spec.strategy!r}")

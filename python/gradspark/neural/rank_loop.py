@@ -44,53 +44,28 @@ import numpy as np
 
 from gradspark.checkpoints.epochs import EpochCheckpoints
 from gradspark.data.validation import InvalidDataError
+from gradspark.neural.group_rows import GroupRows, gather_partitions, held_out
+from gradspark.neural.mesh import RankGrid, mesh_shape, place_ranks
 from gradspark.neural.spec import (DataLayout, TorchTrainSpec, TorchTrainingError, agree_on_layout,
-                                   check_partition, global_batch_size, label_tensor, step_rows,
+                                   batch_loss, check_partition, global_batch_size, label_tensor,
                                    steps_per_epoch, user_call)
 
 logger = logging.getLogger(__name__)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-def _batch_loss(spec, model, X, y):
-    output = user_call("model forward", model, X)
-    target = y
-    # A (n, 1) output and an (n,) float label would broadcast to (n, n) in
-    # MSELoss/BCELoss: shape the label like the output when the sizes agree.
-    if target.is_floating_point() and output.shape != target.shape \
-            and output.numel() == target.numel():
-        target = target.reshape(output.shape)
-    return user_call("loss_fn", spec.loss_fn, output, target)
-
-
-def rehearse(spec: TorchTrainSpec, X: np.ndarray, y: np.ndarray, width: int) -> Optional[str]:
-    """One forward/backward on a few rows, outside any process group.
+def rehearse(spec: TorchTrainSpec, X: np.ndarray, y: np.ndarray, width: int,
+             grid: RankGrid) -> Optional[str]:
+    """One forward/backward on a few rows, and the parallelism plan checked against the
+    model, outside any process group.
 
     Most mistakes in user functions (wrong shapes or dtypes, a loss that
-    raises) show here; reported through allGather, they end the stage on
-    every rank at once rather than in a failure Spark retries. Returns the
-    error text, or None.
+    raises) and plans that do not fit the model show here; reported through
+    allGather, they end the stage on every rank at once rather than in a
+    failure Spark retries. Returns the error text, or None.
     """
+    from gradspark.neural.pipeline_parallel import resolve_split
+    from gradspark.neural.tensor_parallel import resolve_plan
+
     import torch
 
     try:
@@ -99,63 +74,75 @@ def rehearse(spec: TorchTrainSpec, X: np.ndarray, y: np.ndarray, width: int) -> 
         labels = label_tensor(torch, y[:rows] if rows else np.zeros(1), spec, "cpu")
         module = user_call("model_fn", spec.model_fn)
         optimizer = user_call("optimizer_fn", spec.optimizer_fn, module.parameters())
-        _batch_loss(spec, module, features, labels).backward()
+        batch_loss(spec, module, features, labels).backward()
         optimizer.zero_grad(set_to_none=True)
+        if spec.strategy == "tensor":
+            resolve_plan(spec, module)
+        elif spec.strategy == "pipeline":
+            resolve_split(spec, module, grid.parallel)
         return None
     except TorchTrainingError as error:
         return str(error)
 
 
-def validation_loss(spec: TorchTrainSpec, module, features, labels, device) -> float:
-    """Mean loss of every rank's held-out rows (all ranks get the same number)."""
+def validation_loss(strategy, model, held, device) -> float:
+    """Mean loss of every batch group's held-out rows, in chunks of the strategy's
+    ``chunk_rows``; every rank runs as many forward passes as the rank with the most
+    chunks (under FSDP a forward pass gathers parameters, a collective every rank must
+    join; a pipeline's stages pass activations)."""
     import torch
     import torch.distributed as dist
 
-    totals = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, rows
-    # Every rank runs as many forward passes as the rank with the most rows: under
-    # FSDP a forward pass gathers parameters, a collective every rank must join.
-    chunks = torch.tensor(math.ceil(len(features) / spec.batch_size), device=device)
+    features, labels = held
+    size = strategy.chunk_rows
+    totals = torch.zeros(2, dtype=torch.float64, device=device)
+    chunks = torch.tensor(math.ceil(len(features) / size), device=device)
     dist.all_reduce(chunks, op=dist.ReduceOp.MAX)
-    module.eval()
+    model.eval()
     with torch.no_grad():
         for index in range(int(chunks)):
-            chunk = slice(index * spec.batch_size, (index + 1) * spec.batch_size)
+            chunk = slice(index * size, (index + 1) * size)
             rows = len(features[chunk])
-            if not rows:
-                user_call("model forward", module, features[chunk])
-                continue
-            loss = _batch_loss(spec, module, features[chunk], labels[chunk])
-            totals[0] += loss.to(torch.float64) * rows
-            totals[1] += rows
+            loss = strategy.evaluate(model, features[chunk], labels[chunk])
+            if loss is not None and rows:
+                totals[0] += loss.to(torch.float64) * rows
+                totals[1] += rows
     dist.all_reduce(totals)
     return float(totals[0] / totals[1])
 
 
-def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
-               y: np.ndarray, X_held: Optional[np.ndarray] = None,
+def train_rank(spec: TorchTrainSpec, group, grid: RankGrid, layout: DataLayout,
+               X: np.ndarray, y: np.ndarray, X_held: Optional[np.ndarray] = None,
                y_held: Optional[np.ndarray] = None, reporter=None) -> Dict[str, Any]:
-    """Train on this rank's partition; returns rank 0's state and the loss history. With
-    held-out rows (``spec.validation_tol``), stops early and returns the best epoch's
-    parameters. ``reporter`` (rank 0): a
+    """Train on this rank's partition (and, under model parallelism, its grid row's);
+    returns the full state (on rank 0) and the loss history. With held-out rows
+    (``spec.validation_tol``), stops early and returns the best epoch's parameters.
+    ``reporter`` (the rank :attr:`RankGrid.reporter`): a
     :class:`gradspark.neural.progress.ProgressReporter`."""
     import torch
     import torch.distributed as dist
     from gradspark.neural.parallelism import parallelism
+    from gradspark.neural.pipeline_parallel import padded_batch_rows
 
     rank, world, device = group.rank, group.world_size, group.device
     total, width = layout.total, layout.width
     fingerprint = {**spec.fingerprint, "rows": total, "features": width}
-    offset = sum(layout.sizes[:rank])
     steps = steps_per_epoch(total, spec.batch_size)
-
-    features = torch.as_tensor(X if len(X) else np.zeros((1, width), np.float32), device=device)
-    labels = label_tensor(torch, y if len(y) else np.zeros(1), spec, device)
 
     torch.manual_seed(spec.seed)
     module = user_call("model_fn", spec.model_fn).to(device)
-    strategy = parallelism(spec.strategy)
-    model = strategy.wrap(module, device, spec.use_gpu, world)
+    strategy = parallelism(spec, grid, width, padded_batch_rows(
+        layout.sizes, grid.grid, steps, spec.micro_batches)
+        if spec.strategy == "pipeline" else 0)
+    model = strategy.wrap(module, device)
+    module = strategy.module  # what this rank holds: the whole module, or its stage
     optimizer = user_call("optimizer_fn", spec.optimizer_fn, model.parameters())
+    members = grid.batch_group
+    parts = gather_partitions((X, y, X_held, y_held), members, strategy.batch_process_group)
+    rows = GroupRows(spec, layout, members, [p[:2] for p in parts], device)
+    own = members.index(rank)  # this rank's partition among the group's
+    held = held_out(spec, parts, device, width)
+    replicas = grid.batch_groups  # gradients are averaged over this many batches
 
     store = (EpochCheckpoints(spec.checkpoint_dir, spec.keep_checkpoints)
              if spec.checkpoint_dir else None)
@@ -170,9 +157,6 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
     start, start_step, position = 0, 0, None  # position: this rank's mid-epoch state
     validating = spec.validation_tol is not None
     validation = {"history": [], "best_loss": math.inf, "best_epoch": 0, "best_state": None}
-    if validating:
-        held_features = torch.as_tensor(X_held, device=device)
-        held_labels = label_tensor(torch, y_held, spec, device)
     if state is not None:
         if state["fingerprint"] != fingerprint:
             raise TorchTrainingError(
@@ -180,11 +164,11 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
                 f"({state['fingerprint']}); this run is {fingerprint}: use another "
                 f"checkpointDir or resume=False")
         if "shards" in state:  # sharded: every rank reads the chunks it holds
-            shards = strategy.sharded_state(module, optimizer)
+            shards = strategy.sharded_state(optimizer)
             store.read_shards(state, shards)
-            strategy.load_sharded(module, optimizer, shards)
+            strategy.load_sharded(optimizer, shards)
         else:
-            strategy.load(model, module, optimizer, state["model"], state["optimizer"])
+            strategy.load(model, optimizer, state["model"], state["optimizer"])
         history, start = list(state["history"]), int(state["epoch"])
         rows_per_epoch = list(state.get("rows_per_epoch", []))
         start_step = int(state.get("step", 0))
@@ -203,17 +187,19 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
     def validate(epochs_done: int) -> bool:
         """Record the held-out loss; True: stop (MLlib's GBT rule, see
         gradspark.trainer.early_stopping)."""
-        loss = validation_loss(spec, module, held_features, held_labels, device)
+        loss = validation_loss(strategy, model, held, device)
         validation["history"].append(loss)
         stop = validation["best_loss"] - loss < spec.validation_tol * max(loss, 0.01)
         if loss < validation["best_loss"]:
             validation.update(best_loss=loss, best_epoch=epochs_done,
-                              best_state=strategy.model_state(model, module))
+                              best_state=strategy.model_state(model))
         return stop
 
-    def save_mid_epoch(epoch: int, step: int, loss_sum, rows_done: int) -> None:
+    def save_mid_epoch(epoch: int, step: int, loss_sum, rows_done: int,
+                       loss_rows: int) -> None:
         """Checkpoint ``step`` steps into ``epoch``: every rank's position, rank 0 writes."""
-        mine = {"rng": torch.get_rng_state(), "loss_sum": float(loss_sum), "rows": rows_done}
+        mine = {"rng": torch.get_rng_state(), "loss_sum": float(loss_sum), "rows": rows_done,
+                "loss_rows": loss_rows}
         if spec.use_gpu:
             mine["cuda_rng"] = torch.cuda.get_rng_state(device)
         ranks: List[Any] = [None] * world
@@ -227,10 +213,10 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
         state = {"epoch": epoch, "history": history, "rows_per_epoch": rows_per_epoch,
                  "fingerprint": fingerprint, "validation": validation, **extra}
         if spec.checkpoint_format == "sharded":
-            store.save_sharded(epoch, state, strategy.sharded_state(module, optimizer), rank,
+            store.save_sharded(epoch, state, strategy.sharded_state(optimizer), rank,
                                step=step)
         else:
-            model_state, optimizer_state = strategy.full_state(model, module, optimizer)
+            model_state, optimizer_state = strategy.full_state(model, optimizer)
             if rank == 0:
                 store.save(epoch, {**state, "model": model_state,
                                    "optimizer": optimizer_state}, step=step)
@@ -252,13 +238,14 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
             torch.set_rng_state(position["rng"])
             if spec.use_gpu:
                 torch.cuda.set_rng_state(position["cuda_rng"], device)
-        else:
-            torch.manual_seed(hash((spec.seed, epoch, rank)) & 0x7FFFFFFF)
-        order = np.random.default_rng([spec.seed, epoch, rank]).permutation(len(X))
+        else:  # one seed per batch group: a tensor-parallel row draws the same dropout
+            torch.manual_seed(hash((spec.seed, epoch, members[0])) & 0x7FFFFFFF)
+        rows.shuffle(epoch, steps)
         model.train()
         loss_sum = torch.tensor(position["loss_sum"] if first else 0.0, dtype=torch.float64,
                                 device=device)
         rows_done = position["rows"] if first else 0
+        loss_rows = position.get("loss_rows", rows_done) if first else 0  # rows in loss_sum
         for step in range(first, steps):
             if (spec.fail_batch == step and spec.fail_epoch == epoch
                     and spec.fail_rank == rank and fresh):
@@ -266,23 +253,26 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
                     os.kill(os.getpid(), signal.SIGKILL)
                 raise TorchTrainingError(f"injected failure: rank {rank}, epoch {epoch}, "
                                          f"step {step}")
-            rows = step_rows(order, offset, steps, step)
-            share = len(rows) / global_batch_size(total, steps, step)
-            index = torch.as_tensor(rows if len(rows) else np.zeros(1, np.int64), device=device)
-            loss = _batch_loss(spec, model, features[index], labels[index])
+            batch_X, batch_y = rows.batch(step)
+            batch = sum(len(rows.rows_of(i, step)) for i in range(len(members)))
+            # The group's share of the global batch, times the number of groups whose
+            # gradients are averaged: the step is the gradient of the global mean loss.
+            scale = replicas * batch / global_batch_size(total, steps, step)
             optimizer.zero_grad(set_to_none=True)
-            (loss * (world * share)).backward()
+            loss = strategy.train_step(model, batch_X, batch_y, scale)
             optimizer.step()
-            loss_sum += loss.detach().to(torch.float64) * len(rows)
-            rows_done += len(rows)
+            if loss is not None:
+                loss_sum += loss.to(torch.float64) * batch
+                loss_rows += batch
+            rows_done += len(rows.rows_of(own, step))
             if reporter is not None:
                 reporter.rows += global_batch_size(total, steps, step)
                 if reporter.due(step + 1, steps):
                     reporter.send(epoch, step + 1, steps, spec.epochs,
-                                  float(loss_sum) / max(rows_done, 1), epoch_end=False)
+                                  float(loss_sum) / max(loss_rows, 1), epoch_end=False)
             if (store is not None and every_steps and step + 1 < steps
                     and (epoch * steps + step + 1) % every_steps == 0):
-                save_mid_epoch(epoch, step + 1, loss_sum, rows_done)
+                save_mid_epoch(epoch, step + 1, loss_sum, rows_done, loss_rows)
         dist.all_reduce(loss_sum)
         rows_seen = torch.tensor(rows_done, dtype=torch.int64, device=device)
         dist.all_reduce(rows_seen)
@@ -306,14 +296,14 @@ def train_rank(spec: TorchTrainSpec, group, layout: DataLayout, X: np.ndarray,
             save(done, {})
         if stopped:
             break
-    held = strategy.bytes_per_rank(module, optimizer)
+    holds = strategy.bytes_per_rank(optimizer)
     if validating and validation["best_state"] is not None:
         final_state = validation["best_state"]
     else:
-        final_state = strategy.model_state(model, module)
+        final_state = strategy.model_state(model)
     return {"state": final_state if rank == 0 else None, "history": history, "start": start,
             "timings": timings, "checkpoint_seconds": checkpoint_seconds,
-            "strategy": strategy.name, **held,
+            "strategy": strategy.name, **holds, "mesh": [grid.replicas, grid.parallel],
             "start_step": start_step, "rows_per_epoch": rows_per_epoch,
             "rows": total, "steps": steps, "width": width,
             "validation": validation["history"], "best_epoch": validation["best_epoch"]}
@@ -356,19 +346,23 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
         except InvalidDataError as error:
             yield _result_batch(rank, None, [], {"error": str(error)})
             return
-        problems = context.allGather(rehearse(spec, X, y, layout.width) or "")
+        hosts = [info.address.rsplit(":", 1)[0] for info in context.getTaskInfos()]
+        grid = RankGrid(spec.strategy, place_ranks(
+            hosts, mesh_shape(spec.strategy, spec.mesh_shape, len(hosts))), rank)
+        problems = context.allGather(rehearse(spec, X, y, layout.width, grid) or "")
         if any(problems):
             yield _result_batch(rank, None, [], {"user_error": next(p for p in problems if p)})
             return
         reporter = None
-        if rank == 0:
+        if rank == grid.reporter:
             from gradspark.neural.progress import ProgressReporter
 
             reporter = ProgressReporter(spec.progress_address, spec.progress_secret,
                                         spec.progress_interval, context.attemptNumber())
         try:
             with process_group(spec.use_gpu) as group:
-                result = train_rank(spec, group, layout, X, y, X_held, y_held, reporter)
+                result = train_rank(spec, group, grid, layout, X, y, X_held, y_held,
+                                    reporter)
         finally:
             if reporter is not None:
                 reporter.close()
@@ -380,7 +374,7 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
         info = {k: result[k] for k in ("start", "timings", "rows", "steps", "width",
                                        "validation", "best_epoch", "start_step",
                                        "rows_per_epoch", "strategy", "parameterBytes",
-                                       "optimizerStateBytes", "checkpoint_seconds")}
+                                       "optimizerStateBytes", "checkpoint_seconds", "mesh")}
         info["pid"] = os.getpid()
         yield _result_batch(group.rank, state, result["history"], info)
 

@@ -59,6 +59,13 @@ class TorchTrainSpec:
     progress_address: Optional[Tuple[str, int]] = None
     progress_secret: bytes = b""
     progress_interval: int = 0
+    # The rank grid and model parallelism (gradspark.neural.mesh, .tensor_parallel,
+    # .pipeline_parallel)
+    mesh_shape: Tuple[int, ...] = ()
+    tensor_plan: Tuple[Tuple[str, str], ...] = ()
+    pipeline_split: Tuple[str, ...] = ()
+    pipeline_schedule: str = "1f1b"
+    micro_batches: int = 4
 
 
 def steps_per_epoch(total_rows: int, batch_size: int) -> int:
@@ -80,6 +87,21 @@ def user_call(what: str, fn: Callable, *args):
     except Exception as error:
         raise TorchTrainingError(f"{what} raised {type(error).__name__}: {error}\n"
                                  f"{traceback.format_exc()}") from error
+
+
+def loss_of(spec: TorchTrainSpec, output, target):
+    """``loss_fn(output, target)``, the target shaped like the output where needed."""
+    # A (n, 1) output and an (n,) float label would broadcast to (n, n) in
+    # MSELoss/BCELoss: shape the label like the output when the sizes agree.
+    if target.is_floating_point() and output.shape != target.shape \
+            and output.numel() == target.numel():
+        target = target.reshape(output.shape)
+    return user_call("loss_fn", spec.loss_fn, output, target)
+
+
+def batch_loss(spec: TorchTrainSpec, model, X, y):
+    """The mean loss of ``model`` on a batch."""
+    return loss_of(spec, user_call("model forward", model, X), y)
 
 
 def label_tensor(torch, y: np.ndarray, spec: TorchTrainSpec, device):
