@@ -242,3 +242,35 @@ def test_checkpoints_resume_to_the_uninterrupted_run(digits_train, tmp_path, str
     ours, theirs = state_arrays(resumed.module()), state_arrays(straight.module())
     for name, value in theirs.items():
         np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_two_dimensional_meshes_on_four_ranks_take_ddp_s_steps():
+    # Its own local[4] driver: four barrier tasks, the 2-D meshes [2 replicas, 2 parallel].
+    from job_support import run_job
+    from torch_mesh_job import deep_mlp
+
+    result = run_job("torch_mesh_job.py", timeout=900)
+    ddp = result.pop("ddp")
+    layers = [m for m in deep_mlp() if isinstance(m, torch.nn.Linear)]
+    sizes = [m.weight.numel() + m.bias.numel() for m in layers]  # 2080, 1056, 330
+    whole = sum(sizes)
+    assert ddp["parameter_bytes"] == [4 * whole] * 4
+    expected = {
+        # Linear 0 colwise and 2 rowwise over the tensor pair (layer 2's bias and layer 4
+        # whole), then that shard halved again by FSDP over the replicas
+        "data x tensor": [4 * (sizes[0] // 2 + layers[1].weight.numel() // 2
+                               + layers[1].bias.numel() + sizes[2]) // 2] * 4,
+        # stage 1 is Linear 0 (the parameter count's best cut), stage 2 the rest; ranks
+        # 0, 2 and 1, 3 are the two replicas' stages, each halved by FSDP
+        "data x pipeline": [4 * sizes[0] // 2, 4 * (sizes[1] + sizes[2]) // 2] * 2,
+        "hsdp": [4 * whole // 2] * 4,  # sharded over two ranks, replicated twice
+    }
+    assert set(result) == set(expected)
+    for name, run in result.items():
+        assert run["mesh"] == [2, 2], name
+        np.testing.assert_allclose(run["history"], ddp["history"], rtol=1e-5, err_msg=name)
+        for key, value in ddp["state"].items():
+            np.testing.assert_allclose(run["state"][key], value, rtol=1e-4, atol=1e-6,
+                                       err_msg=f"{name}: {key}")
+        assert run["parameter_bytes"] == expected[name], name
+        assert run["optimizer_bytes"] == [2 * b for b in expected[name]], name  # Adam

@@ -24,8 +24,8 @@ one of the whole batch's mean loss, as in one process. (Layers that mix rows,
 such as BatchNorm, do see the zero padding rows.)
 
 With ``meshShape=[R, S]`` the R rows are data-parallel replicas: each stage is
-wrapped in DDP over its replicas (torch's stages all-reduce on the last
-micro-batch only).
+``fully_shard``-ed over its replicas (torchtitan's PP + FSDP; torch's stages
+reduce the gradients once per step, after the last micro-batch).
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class Pipelined(Replicated):
         import torch
         from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
                                                   SplitPoint, pipeline)
-        from torch.nn.parallel import DistributedDataParallel
+        from torch.distributed.fsdp import fully_shard
 
         stages, index = self.grid.parallel, self.grid.column
         self.device = device
@@ -180,12 +180,12 @@ class Pipelined(Replicated):
             raise TorchTrainingError(f"cutting the model at {split} gave {pipe.num_stages} "
                                      f"stages, not {stages}: the cuts must be submodules "
                                      f"the forward pass runs in that order")
-        self.module = pipe.get_stage_module(index).to(device)
-        model = self.module
+        self.module = model = pipe.get_stage_module(index).to(device)
         if self.grid.replicas > 1:
-            model = DistributedDataParallel(
-                self.module, process_group=self.mesh.get_group(0),
-                device_ids=[device.index] if device.type == "cuda" else None)
+            # FSDP over the replicas (torchtitan's PP + FSDP): the stage reduces the
+            # gradients once per step. (DDP's reducer fails on a pipeline stage's second
+            # step in torch 2.13: it sees each parameter ready once per micro-batch.)
+            fully_shard(self.module, mesh=self.mesh[self.mesh.mesh_dim_names[0]])
         self.stage = PipelineStage(model, index, stages, device, group=self.batch_process_group)
         self.loss = IndexedLoss(self.spec)
         schedule = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[self.spec.pipeline_schedule]
@@ -213,7 +213,13 @@ class Pipelined(Replicated):
         if self.stage.is_last:
             kwargs = {"target": index, "losses": losses}
         run = self.schedule.eval if evaluate else self.schedule.step
-        run(*args, **kwargs)
+        try:
+            run(*args, **kwargs)
+        except RuntimeError as error:  # torch's stage error hides its cause's text
+            cause = error.__cause__
+            raise TorchTrainingError(
+                f"pipeline stage {self.grid.column}: {str(error).strip()}"
+                + (f"\ncaused by {type(cause).__name__}: {cause}" if cause else "")) from error
         if not self.owns_loss:
             return None
         total = float(sum(loss.detach().double() for loss in losses))
@@ -236,10 +242,19 @@ class Pipelined(Replicated):
         dist.all_gather_object(parts, value, group=self.batch_process_group)
         return parts
 
+    @staticmethod
+    def _full():
+        """Whole tensors on every rank (a replica-sharded stage gathers them; rank 0 alone
+        would be the only one to get them with cpu_offload)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=True)
+
     def full_state(self, model, optimizer):
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        model_state, optimizer_state = get_state_dict(self.module, optimizer)
+        model_state, optimizer_state = get_state_dict(self.module, optimizer,
+                                                      options=self._full())
         parts = self._gather((_to_cpu(model_state), _to_cpu(optimizer_state)))
         merged_model: Dict = {}
         merged_optimizer: Dict = {"state": {}, "param_groups": []}
@@ -268,11 +283,14 @@ class Pipelined(Replicated):
                              for g in optimizer_state["param_groups"]]}
         set_state_dict(self.module, optimizer,
                        model_state_dict={k: v for k, v in model_state.items() if k in mine},
-                       optim_state_dict=optimizer_state)
+                       optim_state_dict=optimizer_state, options=self._full())
 
     def model_state(self, model):
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
         merged: Dict = {}
-        for part in self._gather(_to_cpu(self.module.state_dict())):
+        state = get_model_state_dict(self.module, options=self._full())
+        for part in self._gather(_to_cpu(state)):
             merged.update(part)
         return merged
 
