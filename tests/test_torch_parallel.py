@@ -14,6 +14,7 @@ from gradspark.neural.pipeline_parallel import (balanced_split, group_batch_size
                                                 padded_batch_rows)
 from gradspark.neural.tensor_parallel import default_plan  # noqa: E402
 from torch_support import (  # noqa: E402
+    ResidualNet,
     digits,
     digits_mlp,
     full_batch_reference,
@@ -274,3 +275,46 @@ def test_two_dimensional_meshes_on_four_ranks_take_ddp_s_steps():
                                        err_msg=f"{name}: {key}")
         assert run["parameter_bytes"] == expected[name], name
         assert run["optimizer_bytes"] == [2 * b for b in expected[name]], name  # Adam
+
+
+@pytest.mark.parametrize("split", [["blocks.1"], []])
+def test_a_model_that_is_not_sequential_is_cut_by_tracing(digits_train, split):
+    def fit(strategy, **params):
+        return TorchEstimator(ResidualNet, torch.nn.CrossEntropyLoss(), numWorkers=2,
+                              epochs=2, batchSize=64, labelDtype="int64", seed=7,
+                              learningRate=0.01, strategy=strategy, progressInterval=-1,
+                              **params).fit(digits_train)
+
+    ddp, pipelined = fit("ddp"), fit("pipeline", pipelineSplit=split)
+    np.testing.assert_allclose(pipelined.summary.lossHistory, ddp.summary.lossHistory,
+                               rtol=1e-5)
+    held = pipelined.summary.parameterBytesByRank
+    names = [n for n, _ in ResidualNet().named_parameters()]
+    sizes = dict((n, p.numel() * 4) for n, p in ResidualNet().named_parameters())
+    # the balanced cut of embed 1,560 | blocks 1,200 each | head 250 parameters
+    first = [n for n in names if n.startswith(("embed", "blocks.0"))]
+    assert held == [sum(sizes[n] for n in first), sum(sizes.values()) - held[0]]
+
+
+@pytest.mark.parametrize("strategy", ["tensor", "pipeline"])
+def test_validation_with_dropout_runs_in_eval_mode(digits_train, strategy):
+    # The model kept is the best epoch's; its held-out loss, computed here in eval mode
+    # (no dropout), is the smallest loss the validation recorded.
+    from torch_cluster_job import dropout_mlp
+    from pyspark.sql import functions as F
+
+    frame = digits_train.withColumn("held", F.rand(3) < 0.25).cache()
+    model = TorchEstimator(dropout_mlp, torch.nn.CrossEntropyLoss(), numWorkers=2, epochs=4,
+                           batchSize=64, labelDtype="int64", seed=8, learningRate=0.01,
+                           strategy=strategy, progressInterval=-1,
+                           validationIndicatorCol="held", validationTol=-1.0).fit(frame)
+    history = model.summary.validationHistory
+    assert len(history) == 5 and model.summary.bestEpoch == int(np.argmin(history))
+    held = frame.filter("held").collect()
+    X = torch.tensor(np.stack([r.features.toArray() for r in held]), dtype=torch.float32)
+    y = torch.tensor([int(r.label) for r in held])
+    module = model.module().eval()
+    with torch.no_grad():
+        direct = float(torch.nn.functional.cross_entropy(module(X), y))
+    np.testing.assert_allclose(min(history), direct, rtol=1e-5)
+    frame.unpersist()

@@ -106,3 +106,28 @@ def shard_offsets_after_swapping_ranks(process: int, ports, results) -> None:
                                                            weight.placements)
         results.put((group, rank, offsets[0]))
         dist.destroy_process_group()
+
+
+class ResidualBlock(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, 2 * width), torch.nn.Linear(2 * width, width)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+
+
+class ResidualNet(torch.nn.Module):
+    """Not an nn.Sequential: a pipeline cuts it by tracing its forward pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(64, 24)
+        self.blocks = torch.nn.ModuleList([ResidualBlock(24) for _ in range(3)])
+        self.head = torch.nn.Linear(24, 10)
+
+    def forward(self, x):
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)

@@ -1,9 +1,11 @@
 """``strategy="pipeline"``: the model's layers split into stages, one per rank of a grid
 row, micro-batches flowing through them.
 
-Built on ``torch.distributed.pipelining``: ``pipeline()`` traces the model
-(``torch.export``) and cuts it at the named submodules, each rank builds its
-stage, and a GPipe or 1F1B schedule (``pipelineSchedule``) runs
+Built on ``torch.distributed.pipelining``: an ``nn.Sequential`` is cut between
+its children as it is (:func:`sequential_stage`); any other model is traced by
+``pipeline()`` (``torch.export``) and cut at the named submodules, its
+training-mode ops fixed by the trace (dropout and batch norm then validate as
+they train). Each rank builds its stage, and a GPipe or 1F1B schedule (``pipelineSchedule``) runs
 ``microBatches`` micro-batches per optimizer step. A rank holds its stage's
 parameters and optimizer state only; their names are the unsplit model's, so
 checkpoints and the returned model's state dict key them as a single process
@@ -30,6 +32,7 @@ reduce the gradients once per step, after the last micro-batch).
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Dict, List, Sequence
 
@@ -38,7 +41,15 @@ import numpy as np
 from gradspark.neural.parallelism import Replicated
 from gradspark.neural.spec import TorchTrainingError, loss_of
 
+logger = logging.getLogger(__name__)
+
 SCHEDULES = ("gpipe", "1f1b")
+
+
+def _training_dependent():
+    import torch
+
+    return (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._NormBase)
 
 
 def group_batch_sizes(sizes: Sequence[int], members: Sequence[int], steps: int) -> np.ndarray:
@@ -104,6 +115,20 @@ def balanced_split(module, stages: int) -> List[str]:
     return [blocks[i][0] for i in cuts]
 
 
+def sequential_stage(module, split: Sequence[str], index: int):
+    """Stage ``index`` of an ``nn.Sequential`` cut before the children named in ``split``:
+    a Sequential of those children under their own names (so parameter names stay the
+    model's), no tracing, and ``eval()`` works as in the model."""
+    import torch
+
+    names = list(module._modules)
+    bounds = [0, *[names.index(name) for name in split], len(names)]
+    stage = torch.nn.Sequential()
+    for name in names[bounds[index]:bounds[index + 1]]:
+        stage.add_module(name, module._modules[name])
+    return stage
+
+
 def resolve_split(spec, module, stages: int) -> List[str]:
     """``pipelineSplit``, or the balanced one; TorchTrainingError naming what does not fit
     the model (checked in one process before the ranks meet)."""
@@ -159,28 +184,18 @@ class Pipelined(Replicated):
 
     def wrap(self, module, device):
         import torch
-        from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
-                                                  SplitPoint, pipeline)
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
         from torch.distributed.fsdp import fully_shard
 
         stages, index = self.grid.parallel, self.grid.column
         self.device = device
         self.mesh = self.grid.device_mesh(device.type)
         split = resolve_split(self.spec, module, stages)
-        micro = self.padded_rows // self.spec.micro_batches
-        example = torch.zeros(micro, self.width, device=device)
-        try:
-            pipe = pipeline(module, mb_args=(example,),
-                            split_spec={name: SplitPoint.BEGINNING for name in split})
-        except Exception as error:
-            raise TorchTrainingError(f"strategy='pipeline' could not trace the model with "
-                                     f"torch.export to cut it at {split}: "
-                                     f"{type(error).__name__}: {error}") from error
-        if pipe.num_stages != stages:
-            raise TorchTrainingError(f"cutting the model at {split} gave {pipe.num_stages} "
-                                     f"stages, not {stages}: the cuts must be submodules "
-                                     f"the forward pass runs in that order")
-        self.module = model = pipe.get_stage_module(index).to(device)
+        if isinstance(module, torch.nn.Sequential) and all(name in module._modules
+                                                           for name in split):
+            self.module = model = sequential_stage(module, split, index).to(device)
+        else:
+            self.module = model = self._traced_stage(module, split, device)
         if self.grid.replicas > 1:
             # FSDP over the replicas (torchtitan's PP + FSDP): the stage reduces the
             # gradients once per step. (DDP's reducer fails on a pipeline stage's second
@@ -192,6 +207,33 @@ class Pipelined(Replicated):
         self.schedule = schedule(self.stage, self.spec.micro_batches, loss_fn=self.loss,
                                  scale_grads=False)
         return model
+
+    def _traced_stage(self, module, split: List[str], device):
+        """This rank's stage of a model cut by torch.export (any forward pass)."""
+        import torch
+        from torch.distributed.pipelining import SplitPoint, pipeline
+
+        micro = self.padded_rows // self.spec.micro_batches
+        example = torch.zeros(micro, self.width, device=device)
+        try:
+            pipe = pipeline(module, mb_args=(example,),
+                            split_spec={name: SplitPoint.BEGINNING for name in split})
+        except Exception as error:
+            raise TorchTrainingError(f"strategy='pipeline' could not trace the model with "
+                                     f"torch.export to cut it at {split}: "
+                                     f"{type(error).__name__}: {error}") from error
+        stages = self.grid.parallel
+        if pipe.num_stages != stages:
+            raise TorchTrainingError(f"cutting the model at {split} gave {pipe.num_stages} "
+                                     f"stages, not {stages}: the cuts must be submodules "
+                                     f"the forward pass runs in that order")
+        if self.spec.validation_tol is not None and any(
+                isinstance(m, _training_dependent()) for m in module.modules()):
+            logger.warning("strategy='pipeline' traced the model in training mode: its "
+                           "dropout and batch-norm layers validate as they train. An "
+                           "nn.Sequential model is cut without tracing and validates in "
+                           "eval mode")
+        return pipe.get_stage_module(self.grid.column).to(device)
 
     def _run(self, X, y, scale: float, evaluate: bool):
         import torch
