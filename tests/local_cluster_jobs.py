@@ -30,7 +30,7 @@ from gradspark.testing.faults import ENVIRONMENT_VARIABLE  # noqa: E402
 MASTER = "local-cluster[2,1,1024]"
 # The executor kill last: afterwards the cluster runs on a relaunched executor.
 ORDER = ["fit", "jvm_kernels", "gpu_profile", "async", "sharded", "torch_fault",
-         "torch_midepoch", "executor_loss"]
+         "torch_midepoch", "torch_midepoch_tensor", "torch_midepoch_pipeline", "executor_loss"]
 
 
 def fake_gpu_script() -> str:
@@ -71,6 +71,10 @@ def checks() -> dict:
     else:
         jobs["torch_fault"] = lambda spark: torch_cluster_job.run(spark, "fault")
         jobs["torch_midepoch"] = lambda spark: torch_cluster_job.run(spark, "midepoch")
+        for strategy in ("tensor", "pipeline"):
+            jobs[f"torch_midepoch_{strategy}"] = \
+                lambda spark, strategy=strategy: torch_cluster_job.run(spark, "midepoch",
+                                                                       strategy)
     return jobs
 
 

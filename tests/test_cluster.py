@@ -74,6 +74,30 @@ def test_torch_rank_killed_mid_epoch_resumes_at_the_next_unseen_batch(local_clus
     assert result["rows_per_epoch"] == result["retried_rows_per_epoch"] == [result["rows"]] * 4
 
 
+def assert_resumed_as_uninterrupted(result, strategy):
+    assert result["strategy"] == strategy and result["checkpoint_format"] == "sharded"
+    assert result["resumed_from"] == [1, 5]
+    assert result["max_weight_difference"] == 0.0
+    assert result["retried_history"] == result["history"]
+    assert result["rows_per_epoch"] == result["retried_rows_per_epoch"] == [result["rows"]] * 4
+
+
+@pytest.mark.local_cluster("torch_midepoch_tensor")
+def test_tensor_parallel_rank_killed_mid_epoch_resumes_from_its_shards(local_cluster):
+    pytest.importorskip("torch")
+    # As above, a tensor-parallel pair: each rank half of each split layer and its Adam
+    # moments, in DCP shards; the retried stage loads them and ends bit for bit the same.
+    assert_resumed_as_uninterrupted(local_cluster("torch_midepoch_tensor"), "tensor")
+
+
+@pytest.mark.local_cluster("torch_midepoch_pipeline")
+def test_pipeline_stage_killed_mid_epoch_resumes_from_its_shards(local_cluster):
+    pytest.importorskip("torch")
+    # Two pipeline stages; the killed rank holds the second. Each stage's parameters and
+    # optimizer state are keyed by their own names, so each reloads its own.
+    assert_resumed_as_uninterrupted(local_cluster("torch_midepoch_pipeline"), "pipeline")
+
+
 @pytest.mark.local_cluster("gpu_profile")
 def test_only_the_training_stage_holds_gpus_by_stage_level_scheduling(local_cluster):
     # Executors own one (fake) GPU each, tasks ask for none by default: the barrier

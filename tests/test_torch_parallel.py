@@ -217,6 +217,7 @@ def test_a_plan_that_does_not_fit_the_model_is_named(regression, params, message
 
 
 @pytest.mark.parametrize("strategy,first_mesh,second_mesh,checkpoint_format", [
+    ("pipeline", [1, 2], [1, 2], "sharded"),  # each stage's optimizer keys its own
     ("pipeline", [1, 2], [2, 1], "sharded"),  # two stages, then two one-stage replicas
     ("tensor", [1, 2], [1, 2], "full"),
     ("tensor", [1, 2], [2, 1], "sharded"),  # DCP reshards the DTensors

@@ -1,9 +1,10 @@
-"""TorchEstimator's DDP ranks in two executor processes (run by local_cluster_jobs.py):
+"""TorchEstimator's ranks in two executor processes (run by local_cluster_jobs.py):
 a rank that fails mid-training, retried by Spark and resumed from the epoch
 checkpoint ("fault"), or SIGKILLed mid-epoch and resumed from a step checkpoint at
-the next unseen batch ("midepoch"). Alone it prints RESULT <json>.
+the next unseen batch ("midepoch"), under DDP or another strategy (a tensor-parallel
+pair, two pipeline stages). Alone it prints RESULT <json>.
 
-Usage: torch_cluster_job.py MASTER (fault | midepoch)"""
+Usage: torch_cluster_job.py MASTER (fault | midepoch) [STRATEGY]"""
 
 import json
 import os
@@ -28,7 +29,7 @@ def dropout_mlp():
                                torch.nn.Linear(32, 10))
 
 
-def run(spark, variant: str) -> dict:
+def run(spark, variant: str, strategy: str = "ddp") -> dict:
     train, _, _, _ = digits(spark, rows=600)
     train = train.cache()
     work = tempfile.mkdtemp()
@@ -42,11 +43,12 @@ def run(spark, variant: str) -> dict:
             if mid_epoch else {}
         return TorchEstimator(dropout_mlp if mid_epoch else digits_mlp,
                               torch.nn.CrossEntropyLoss(), numWorkers=2, epochs=4,
-                              batchSize=batch, labelDtype="int64", seed=1,
+                              batchSize=batch, labelDtype="int64", seed=1, strategy=strategy,
                               checkpointDir=os.path.join(work, directory), **extra).fit(train)
 
     straight = fit("straight")
-    result = {"rank_pids": straight.summary.rankPids, "driver_pid": os.getpid(),
+    result = {"rank_pids": straight.summary.rankPids, "strategy": straight.summary.strategy,
+              "checkpoint_format": straight.summary.checkpointFormat, "driver_pid": os.getpid(),
               "history": straight.summary.lossHistory, "rows": train.count(),
               "steps_per_epoch": straight.summary.stepsPerEpoch,
               "rows_per_epoch": straight.summary.rowsPerEpoch}
@@ -74,5 +76,5 @@ if __name__ == "__main__":
     from job_support import quiet_session
 
     session = quiet_session(sys.argv[1])
-    print("RESULT " + json.dumps(run(session, sys.argv[2])))
+    print("RESULT " + json.dumps(run(session, *sys.argv[2:4])))
     session.stop()

@@ -327,6 +327,29 @@ class Pipelined(Replicated):
                        model_state_dict={k: v for k, v in model_state.items() if k in mine},
                        optim_state_dict=optimizer_state, options=self._full())
 
+    @staticmethod
+    def _flat():
+        """The optimizer state keyed by parameter name (``state.<name>.exp_avg``,
+        ``param_groups.<name>.lr``): the stages' key sets are then disjoint. Left
+        nested, every stage writes ``param_groups.0`` with its own parameter list, DCP
+        keeps one of them, and the other stage resumes with a broken param group."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(flatten_optimizer_state_dict=True)
+
+    def sharded_state(self, optimizer):
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optimizer_state = get_state_dict(self.module, optimizer,
+                                                      options=self._flat())
+        return {"model": model_state, "optimizer": optimizer_state}
+
+    def load_sharded(self, optimizer, state):
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.module, optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"], options=self._flat())
+
     def model_state(self, model):
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
