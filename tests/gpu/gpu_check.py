@@ -4,6 +4,7 @@ Starts local-cluster[1,N,4096N]: one worker and executor that own all N GPUs
 (the discovery script reports every GPU of the machine, so N workers of one
 GPU each would all take GPU 0), N task slots of one GPU each through Spark's
 resource scheduling; trains the digits MLP with useGpu=True, DDP and FSDP,
+then tensor and pipeline parallelism (and 2-D meshes with 4+ GPUs),
 checks accuracy and that FSDP's losses follow DDP's, prints timings next
 to the same fits with gloo on the CPU, and resumes an FSDP fit from its
 sharded (torch.distributed.checkpoint) checkpoint.
@@ -62,6 +63,23 @@ for use_gpu, strategy in ((True, "ddp"), (True, "fsdp"), (False, "ddp"), (False,
     assert accuracy >= 0.94, accuracy
 for use_gpu in (True, False):  # the same steps, sharded or not (float32, other reductions)
     np.testing.assert_allclose(losses[use_gpu, "fsdp"], losses[use_gpu, "ddp"], rtol=1e-4)
+# Model parallelism over NCCL: a tensor-parallel group and pipeline stages over every GPU
+# (one GPU: one rank, the same code paths on CUDA), and with 4+ GPUs a 2-D mesh whose
+# model-parallel pairs are data-parallel replicas; each takes DDP's steps.
+runs = [("tensor", []), ("pipeline", [])]
+if gpus >= 4 and gpus % 2 == 0:
+    runs += [("tensor", [gpus // 2, 2]), ("pipeline", [gpus // 2, 2]), ("fsdp", [gpus // 2, 2])]
+for strategy, mesh in runs:
+    model = TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), numWorkers=gpus,
+                           batchSize=64, epochs=12, learningRate=0.01, labelDtype="int64",
+                           useGpu=True, strategy=strategy, meshShape=mesh).fit(train)
+    accuracy = np.mean([r.prediction == r.label for r in model.transform(test).collect()])
+    print(f"nccl {strategy} mesh {model.summary.meshShape}: parameter bytes by rank "
+          f"{model.summary.parameterBytesByRank}, peak GPU memory by rank "
+          f"{model.summary.peakMemoryBytesByRank}, median epoch "
+          f"{np.median(model.summary.epochSeconds):.3f} s, test accuracy {accuracy:.3f}")
+    assert accuracy >= 0.94, accuracy
+    np.testing.assert_allclose(model.summary.lossHistory, losses[True, "ddp"], rtol=1e-4)
 # Sharded checkpoints over NCCL: every rank writes its shard of the CUDA state; 6 epochs,
 # then a resumed fit to 12 must follow the uninterrupted FSDP run.
 directory = tempfile.mkdtemp(prefix="gradspark-gpu-dcp-")

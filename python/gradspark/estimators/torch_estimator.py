@@ -76,10 +76,11 @@ def _set_params(instance: Params, kwargs: Dict[str, Any]) -> None:
 
 
 def _bytes_by_rank(rows) -> Dict[str, List[int]]:
-    """Every rank's parameter and optimizer-state bytes, in rank order."""
+    """Every rank's parameter and optimizer-state bytes and peak memory, in rank order."""
     infos = [json.loads(r.info) for r in sorted(rows, key=lambda r: r.rank)]
     return {"parameterBytesByRank": [i["parameterBytes"] for i in infos],
-            "optimizerStateBytesByRank": [i["optimizerStateBytes"] for i in infos]}
+            "optimizerStateBytesByRank": [i["optimizerStateBytes"] for i in infos],
+            "peakMemoryBytesByRank": [i["peakMemory"] for i in infos]}
 
 
 def _worker_traceback(error: Exception) -> str:

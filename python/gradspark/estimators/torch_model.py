@@ -58,11 +58,15 @@ class TorchTrainingSummary(LossCurve):
     parameterBytesPerRank: int = 0
     optimizerStateBytesPerRank: int = 0
     checkpointFormat: Optional[str] = None  # "full" or "sharded"; None without checkpointDir
-    meshShape: List[int] = field(default_factory=list)  # [replicas, parallel] (gradspark.neural.mesh)
+    # [replicas, parallel]: the rank grid (gradspark.neural.mesh)
+    meshShape: List[int] = field(default_factory=list)
     # What every rank held at the end, in rank order (pipeline: its stage; tensor: its
-    # half of each split layer)
+    # half of each split layer), and its peak memory: CUDA memory allocated during the
+    # fit on a GPU, the Python worker's peak RSS on the CPU (spark.python.worker.reuse
+    # =false for a per-fit figure)
     parameterBytesByRank: List[int] = field(default_factory=list)
     optimizerStateBytesByRank: List[int] = field(default_factory=list)
+    peakMemoryBytesByRank: List[int] = field(default_factory=list)
     checkpointSeconds: List[float] = field(default_factory=list)  # each write, on rank 0
 
     @property

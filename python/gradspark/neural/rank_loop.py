@@ -85,6 +85,19 @@ def rehearse(spec: TorchTrainSpec, X: np.ndarray, y: np.ndarray, width: int,
         return str(error)
 
 
+def peak_memory(device) -> int:
+    """This rank's peak memory in bytes: CUDA memory allocated during this fit on a GPU;
+    the process's peak resident set on the CPU (a reused Python worker carries the peak
+    of its earlier tasks)."""
+    import resource
+
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
 def validation_loss(strategy, model, held, device) -> float:
     """Mean loss of every batch group's held-out rows, in chunks of the strategy's
     ``chunk_rows``; every rank runs as many forward passes as the rank with the most
@@ -129,6 +142,8 @@ def train_rank(spec: TorchTrainSpec, group, grid: RankGrid, layout: DataLayout,
     fingerprint = {**spec.fingerprint, "rows": total, "features": width}
     steps = steps_per_epoch(total, spec.batch_size)
 
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(spec.seed)
     module = user_call("model_fn", spec.model_fn).to(device)
     strategy = parallelism(spec, grid, width, padded_batch_rows(
@@ -297,6 +312,7 @@ def train_rank(spec: TorchTrainSpec, group, grid: RankGrid, layout: DataLayout,
         if stopped:
             break
     holds = strategy.bytes_per_rank(optimizer)
+    holds["peakMemory"] = peak_memory(device)
     if validating and validation["best_state"] is not None:
         final_state = validation["best_state"]
     else:
@@ -374,7 +390,8 @@ def partition_trainer(spec: TorchTrainSpec) -> Callable[[Iterator[Any]], Iterato
         info = {k: result[k] for k in ("start", "timings", "rows", "steps", "width",
                                        "validation", "best_epoch", "start_step",
                                        "rows_per_epoch", "strategy", "parameterBytes",
-                                       "optimizerStateBytes", "checkpoint_seconds", "mesh")}
+                                       "optimizerStateBytes", "checkpoint_seconds", "mesh",
+                                       "peakMemory")}
         info["pid"] = os.getpid()
         yield _result_batch(group.rank, state, result["history"], info)
 
