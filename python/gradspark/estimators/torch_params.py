@@ -12,7 +12,7 @@ from pyspark.ml.param.shared import HasFeaturesCol, HasLabelCol, HasPredictionCo
 from pyspark.ml.param.shared import HasRawPredictionCol
 
 from gradspark.params import HasCheckpoints, HasTensorboard, HasValidation, _one_of
-from gradspark.neural.parallelism import STRATEGIES
+from gradspark.neural.strategies import STRATEGIES
 from gradspark.neural.pipeline_parallel import SCHEDULES
 from gradspark.neural.tensor_parallel import PLAN_STYLES
 

@@ -1,4 +1,5 @@
-"""How TorchEstimator's ranks hold the model: the ``strategy`` Param.
+"""How TorchEstimator's ranks hold the model, data parallel: DDP, FSDP and HSDP; the base
+of every strategy (:mod:`gradspark.neural.strategies` picks one).
 
 ``strategy="ddp"``: every rank holds the whole module, its gradients and its
 optimizer state; gradients are averaged with all-reduce.
@@ -34,9 +35,6 @@ from typing import Any, Dict, Optional, Tuple
 
 from gradspark.neural.mesh import RankGrid
 from gradspark.neural.spec import TorchTrainSpec, batch_loss, user_call
-
-STRATEGIES = ("ddp", "fsdp", "tensor", "pipeline")
-
 
 def _tensor_bytes(value) -> int:
     local = value.to_local() if hasattr(value, "to_local") else value
@@ -171,23 +169,3 @@ class FullySharded(Replicated):
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         return get_model_state_dict(self.module, options=self._options(cpu_offload=True))
-
-
-def parallelism(spec: TorchTrainSpec, grid: RankGrid, width: int = 0,
-                padded_rows: int = 0) -> Replicated:
-    """The strategy object for ``spec.strategy``. The pipeline needs the features'
-    ``width`` and its fixed batch shape, ``padded_rows``
-    (:func:`gradspark.neural.pipeline_parallel.padded_batch_rows`)."""
-    if spec.strategy == "fsdp":
-        return FullySharded(spec, grid)
-    if spec.strategy == "tensor":
-        from gradspark.neural.tensor_parallel import TensorParallel
-
-        return TensorParallel(spec, grid)
-    if spec.strategy == "pipeline":
-        from gradspark.neural.pipeline_parallel import Pipelined
-
-        return Pipelined(spec, grid, padded_rows, width)
-    if spec.strategy == "ddp":
-        return Replicated(spec, grid)
-    raise ValueError(f"strategy must be one of {list(STRATEGIES)}, got {spec.strategy!r}")

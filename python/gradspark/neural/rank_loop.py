@@ -46,43 +46,11 @@ from gradspark.checkpoints.epochs import EpochCheckpoints
 from gradspark.data.validation import InvalidDataError
 from gradspark.neural.group_rows import GroupRows, gather_partitions, held_out
 from gradspark.neural.mesh import RankGrid, mesh_shape, place_ranks
+from gradspark.neural.rehearsal import rehearse
 from gradspark.neural.spec import (DataLayout, TorchTrainSpec, TorchTrainingError, agree_on_layout,
-                                   batch_loss, check_partition, global_batch_size, label_tensor,
-                                   steps_per_epoch, user_call)
+                                   check_partition, global_batch_size, steps_per_epoch, user_call)
 
 logger = logging.getLogger(__name__)
-
-
-def rehearse(spec: TorchTrainSpec, X: np.ndarray, y: np.ndarray, width: int,
-             grid: RankGrid) -> Optional[str]:
-    """One forward/backward on a few rows, and the parallelism plan checked against the
-    model, outside any process group.
-
-    Most mistakes in user functions (wrong shapes or dtypes, a loss that
-    raises) and plans that do not fit the model show here; reported through
-    allGather, they end the stage on every rank at once rather than in a
-    failure Spark retries. Returns the error text, or None.
-    """
-    from gradspark.neural.pipeline_parallel import resolve_split
-    from gradspark.neural.tensor_parallel import resolve_plan
-
-    import torch
-
-    try:
-        rows = min(len(X), 8)
-        features = torch.as_tensor(X[:rows] if rows else np.zeros((1, width), np.float32))
-        labels = label_tensor(torch, y[:rows] if rows else np.zeros(1), spec, "cpu")
-        module = user_call("model_fn", spec.model_fn)
-        optimizer = user_call("optimizer_fn", spec.optimizer_fn, module.parameters())
-        batch_loss(spec, module, features, labels).backward()
-        optimizer.zero_grad(set_to_none=True)
-        if spec.strategy == "tensor":
-            resolve_plan(spec, module)
-        elif spec.strategy == "pipeline":
-            resolve_split(spec, module, grid.parallel)
-        return None
-    except TorchTrainingError as error:
-        return str(error)
 
 
 def peak_memory(device) -> int:
@@ -134,7 +102,7 @@ def train_rank(spec: TorchTrainSpec, group, grid: RankGrid, layout: DataLayout,
     :class:`gradspark.neural.progress.ProgressReporter`."""
     import torch
     import torch.distributed as dist
-    from gradspark.neural.parallelism import parallelism
+    from gradspark.neural.strategies import parallelism
     from gradspark.neural.pipeline_parallel import padded_batch_rows
 
     rank, world, device = group.rank, group.world_size, group.device
