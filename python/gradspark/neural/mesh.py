@@ -35,6 +35,7 @@ MODEL_PARALLEL = ("tensor", "pipeline")
 #: grew every rank's memory by ~80 MB a step under gloo in torch 2.13 (a 17 M-parameter
 #: MLP: 0.8 GB to 3.4 GB in 20 steps; with 8 hex digits of suffix it stays at 1.1 GB).
 #: The cause is inside torch; it did not happen with names of 34 characters or fewer.
+SUFFIX_DIGITS = 8
 DIMENSION_NAMES = {"ddp": ("dp", "none"), "fsdp": ("rep", "shard"), "tensor": ("dp", "tp"),
                    "pipeline": ("dp", "pp")}
 
@@ -74,6 +75,11 @@ def place_ranks(hosts: Sequence[str], shape: Tuple[int, int]) -> List[List[int]]
                        "per-layer collectives cross the network", list(shape), len(split),
                        replicas, parallel)
     return grid
+
+
+def dimension_names(strategy: str, suffix: str) -> Tuple[str, str]:
+    """The mesh's two dimension names for ``strategy``, made unique by ``suffix``."""
+    return tuple(f"{name}-{suffix}" for name in DIMENSION_NAMES[strategy])  # type: ignore
 
 
 @dataclass(frozen=True)
@@ -123,8 +129,7 @@ class RankGrid:
         import torch
         from torch.distributed.device_mesh import DeviceMesh
 
-        suffix = _fresh_mesh_suffix()
-        names = tuple(f"{name}-{suffix}" for name in DIMENSION_NAMES[self.strategy])
+        names = dimension_names(self.strategy, _fresh_mesh_suffix())
         return DeviceMesh(device_type, torch.tensor(self.grid), mesh_dim_names=names)
 
 
@@ -142,6 +147,6 @@ def _fresh_mesh_suffix() -> str:
 
     import torch.distributed as dist
 
-    name = [uuid.uuid4().hex[:8]]  # short: see DIMENSION_NAMES
+    name = [uuid.uuid4().hex[:SUFFIX_DIGITS]]  # short: see DIMENSION_NAMES
     dist.broadcast_object_list(name, src=0)
     return name[0]

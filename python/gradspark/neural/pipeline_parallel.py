@@ -165,7 +165,7 @@ class IndexedLoss:
 
 
 class Pipelined(Replicated):
-    """Pipeline stages over a grid row; DDP over the rows."""
+    """Pipeline stages over a grid row; FSDP over the rows (the replicas)."""
 
     name = "pipeline"
 
