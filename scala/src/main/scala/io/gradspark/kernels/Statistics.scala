@@ -287,7 +287,8 @@ object SparseStatistics {
   }
 }
 
-/** Merges dense (Chan) and sparse (raw sums) partials; the driver densifies the result. */
+/** Merges dense (Chan) and sparse (raw sums) partials; python densifies a sparse result
+ *  (gradspark.data.jvm._statistics), as SparseStatistics.toDense would. */
 final class MergeStatisticsFunction(d: Int)
   extends ((Array[Double], Array[Double]) => Array[Double]) with Serializable {
   def apply(a: Array[Double], b: Array[Double]): Array[Double] = {
