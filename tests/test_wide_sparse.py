@@ -144,6 +144,29 @@ def test_jvm_statistics_of_csr_partitions_match_numpy(spark, partitions, depth):
         np.testing.assert_allclose(stats.class_weights, np.bincount(labels.astype(int)))
 
 
+def test_statistics_summed_sorted_by_block_equal_the_d_arrays(spark):
+    """A partition sums its CSR blocks into two d-arrays while d <= 16 x the first block's
+    non-zeros, else block by block into sorted sparse partials: one partition of 700 rows
+    (~4,200 non-zeros) in one block of 4,096 rows takes the d-arrays, in blocks of 64 rows
+    (~380 non-zeros) the sorted partials; binary data sums exactly either way."""
+    from gradspark.data.blocks import BINARY
+    from gradspark.data.jvm import JvmTrainingData
+
+    columns, labels = hashed_rows(700, seed=23, rare=True)
+    df = frames(spark, columns, labels, partitions=1)
+    answers = []
+    for block_size in (4096, 64):
+        with JvmTrainingData(df, "features", "label", None, BINARY, block_size, 2) as data:
+            answers.append(data.statistics)
+    arrays, sorted_ = answers
+    assert sum(len(c) for c in columns) * 16 > WIDE > 16 * 64 * 7  # the two paths
+    for name in ("mean", "m2"):
+        np.testing.assert_array_equal(getattr(arrays.features, name),
+                                      getattr(sorted_.features, name), err_msg=name)
+    assert (arrays.count, arrays.stored_entries) == (sorted_.count, sorted_.stored_entries)
+    np.testing.assert_array_equal(arrays.class_weights, sorted_.class_weights)
+
+
 def test_sparse_statistics_are_densified_in_python_as_the_jvm_would(spark, tmp_path):
     """The JVM answers the pass over CSR blocks with its sparse sums (2 d doubles through a
     file cost ~0.5 s at 2^24); python's densification equals the JVM's own

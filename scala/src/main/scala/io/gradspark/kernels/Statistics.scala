@@ -159,12 +159,17 @@ object Statistics {
 }
 
 /** A partition's statistics. Dense blocks are merged block by block (Chan et al.);
- * CSR blocks add their weighted sums of x and x^2 into one pair of d-arrays for
- * the whole partition, so a pass over wide sparse data costs O(non-zeros) plus
- * O(d) once per partition, not O(d) per block. (Per block, the sparse path
- * already used these raw sums.) A partition of only CSR blocks answers with its
- * non-zero sums alone (SparseStatistics): at 2^24 features a dense answer is
- * 268 MB, and four of them exceed spark.driver.maxResultSize. */
+ * CSR blocks sum w x and w x^2 per feature. A partition of only CSR blocks answers
+ * with its non-zero sums alone (SparseStatistics): at 2^24 features a dense answer is
+ * 268 MB, and four of them exceed spark.driver.maxResultSize.
+ *
+ * Where the sums go is chosen at the partition's first CSR block: into one pair of
+ * d-arrays for the partition (O(non-zeros) plus O(d) once) while d is at most
+ * SortedAbove times that block's non-zeros, else block by block into sorted sparse
+ * partials merged as they come (O(non-zeros log) and nothing d-sized): at 2^24 the
+ * pair of d-arrays is 268 MB to allocate, scatter into at random and scan, per
+ * partition. (Integer-valued data sums exactly either way; otherwise the two orders
+ * of addition can differ in the last bits.) */
 final class PartitionStatisticsFunction(trackClasses: Boolean, d: Int)
   extends (Iterator[Block] => Iterator[Array[Double]]) with Serializable {
   def apply(blocks: Iterator[Block]): Iterator[Array[Double]] = {
@@ -172,32 +177,51 @@ final class PartitionStatisticsFunction(trackClasses: Boolean, d: Int)
     var sparseHeader = Array.emptyDoubleArray // layout of d = 0
     var s1: Array[Double] = null
     var s2: Array[Double] = null
+    var sorted: Array[Double] = null // the SparseStatistics partial of the blocks so far
+    var decided = false
+    var bySorting = false
     blocks.foreach { b =>
       if (!b.isSparse) dense = Statistics.merge(dense, Statistics.ofBlock(b, trackClasses), d)
       else {
-        if (s1 == null) { s1 = new Array[Double](d); s2 = new Array[Double](d) }
-        val w = b.weights
-        var i = 0
-        while (i < b.numRows) {
-          var p = b.indptr(i)
-          val end = b.indptr(i + 1)
-          while (p < end) {
-            val v = b.values(p)
-            val j = b.indices(p)
-            s1(j) += w(i) * v
-            s2(j) += w(i) * v * v
-            p += 1
-          }
-          i += 1
+        val header = Statistics.ofBlock(b, trackClasses, withFeatures = false)
+        if (!decided) {
+          bySorting = d.toLong > PartitionStatisticsFunction.SortedAbove * b.indptr(b.numRows)
+          decided = true
         }
-        sparseHeader = Statistics.merge(
-          sparseHeader, Statistics.ofBlock(b, trackClasses, withFeatures = false), 0)
+        if (bySorting) {
+          val partial = SparseStatistics.ofBlock(b, header)
+          sorted = if (sorted == null) partial else SparseStatistics.merge(sorted, partial)
+        } else {
+          if (s1 == null) { s1 = new Array[Double](d); s2 = new Array[Double](d) }
+          val w = b.weights
+          var i = 0
+          while (i < b.numRows) {
+            var p = b.indptr(i)
+            val end = b.indptr(i + 1)
+            while (p < end) {
+              val v = b.values(p)
+              val j = b.indices(p)
+              s1(j) += w(i) * v
+              s2(j) += w(i) * v * v
+              p += 1
+            }
+            i += 1
+          }
+          sparseHeader = Statistics.merge(sparseHeader, header, 0)
+        }
       }
     }
-    if (s1 == null) Iterator.single(dense)
-    else if (dense.isEmpty) Iterator.single(SparseStatistics(sparseHeader, s1, s2))
-    else Iterator.single(Statistics.merge(dense, Statistics.withSums(sparseHeader, s1, s2), d))
+    val sparse = if (sorted != null) sorted
+      else if (s1 != null) SparseStatistics(sparseHeader, s1, s2) else null
+    if (sparse == null) Iterator.single(dense)
+    else if (dense.isEmpty) Iterator.single(sparse)
+    else Iterator.single(Statistics.merge(dense, SparseStatistics.toDense(sparse, d), d))
   }
+}
+
+object PartitionStatisticsFunction {
+  /** d-arrays while d <= this many times the first CSR block's non-zeros. */
+  val SortedAbove = 16L
 }
 
 /** Statistics of CSR rows as their weighted sums of x and x^2 on the features that occur.
@@ -233,6 +257,51 @@ object SparseStatistics {
   }
 
   def is(a: Array[Double]): Boolean = a.nonEmpty && a(0) < 0
+
+  /** One CSR block's partial: its entries sorted by feature (then by position, so each
+   *  feature's rows add in row order), summed per feature. */
+  def ofBlock(b: Block, header: Array[Double]): Array[Double] = {
+    val nnz = b.indptr(b.numRows)
+    val keys = new Array[Long](nnz)
+    val rowWeight = new Array[Double](nnz)
+    var i = 0
+    while (i < b.numRows) {
+      var p = b.indptr(i)
+      while (p < b.indptr(i + 1)) {
+        keys(p) = (b.indices(p).toLong << 32) | p
+        rowWeight(p) = b.weights(i)
+        p += 1
+      }
+      i += 1
+    }
+    java.util.Arrays.sort(keys)
+    val idx = new Array[Double](nnz)
+    val s1 = new Array[Double](nnz)
+    val s2 = new Array[Double](nnz)
+    var u = -1
+    var last = -1L
+    var q = 0
+    while (q < nnz) {
+      val j = keys(q) >>> 32
+      val p = (keys(q) & 0xffffffffL).toInt
+      if (j != last) { u += 1; idx(u) = j.toDouble; last = j }
+      val v = b.values(p)
+      s1(u) += rowWeight(p) * v
+      s2(u) += rowWeight(p) * v * v
+      q += 1
+    }
+    u += 1
+    val out = new Array[Double](2 + header.length + 3 * u)
+    out(0) = -1.0
+    System.arraycopy(header, 0, out, 1, header.length)
+    val base = 1 + header.length
+    out(base) = u
+    System.arraycopy(idx, 0, out, base + 1, u)
+    System.arraycopy(s1, 0, out, base + 1 + u, u)
+    System.arraycopy(s2, 0, out, base + 1 + 2 * u, u)
+    out
+  }
+
 
   private def headerLength(a: Array[Double]): Int = Statistics.Header + a(1 + 6).toInt
 
