@@ -82,6 +82,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=2, help="timed fits (median)")
     parser.add_argument("--steps", type=int, default=5, help="timed engine steps (median)")
     parser.add_argument("--adam", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--data-pass-only", action="store_true",
+                        help="only the data pass against liblinear's load, median of "
+                             "--repeats + 2 each after one warm-up")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="14g")
     parser.add_argument("--seed", type=int, default=7)
@@ -251,7 +254,41 @@ def run_case(spark, args, generator: str, exponent: int) -> Dict[str, object]:
     return row
 
 
+def data_pass_case(spark, args, generator: str, exponent: int) -> Dict[str, object]:
+    """The data pass (DataFrame to cached, validated blocks with their statistics) and
+    liblinear's load of the same rows, each timed repeatedly in this one run."""
+    from liblinear import liblinearutil as liblinear
+
+    from gradspark.data.blocks import BINARY
+    from gradspark.data.jvm import JvmTrainingData
+
+    width = 1 << exponent
+    df = ctr_frame(spark, args.rows, width, args.partitions, args.seed, generator)
+    X, y = local_data(generator, args.rows, width, args.partitions, args.seed)
+
+    def data_pass() -> None:
+        JvmTrainingData(df, "features", "label", None, BINARY, 4096, 2).release()
+
+    repeats = args.repeats + 2
+    ours = [timed(data_pass)[0] for _ in range(repeats + 1)][1:]
+    theirs = [timed(lambda: liblinear.problem(y, X))[0] for _ in range(repeats + 1)][1:]
+    df.unpersist()
+    row = {"generator": generator, "exponent": exponent,
+           "dataPassSeconds": statistics.median(ours),
+           "liblinearLoadSeconds": statistics.median(theirs)}
+    row["loadRatio"] = row["dataPassSeconds"] / row["liblinearLoadSeconds"]
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def report(rows: List[Dict[str, object]]) -> None:
+    if "mllibSeconds" not in rows[0]:
+        print("\n| generator | features | data pass s | liblinear load s | ratio |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in rows:
+            print(f"| {r['generator']} | 2^{r['exponent']} | {r['dataPassSeconds']:.2f} | "
+                  f"{r['liblinearLoadSeconds']:.2f} | {r['loadRatio']:.2f}x |")
+        return
     print("\n| generator | features | MLlib fit s | gradspark fit s | liblinear fit s (eps) | "
           "MLlib / gradspark | gradspark / liblinear | objective MLlib / gradspark / liblinear "
           "| gradspark iterations | trained features | held per partition | step s | "
@@ -285,7 +322,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     print(f"load average before start: {os.getloadavg()[0]:.2f}", flush=True)
-    rows = [run_case(spark, args, g, e) for g in args.generators for e in args.widths]
+    case = data_pass_case if args.data_pass_only else run_case
+    rows = [case(spark, args, g, e) for g in args.generators for e in args.widths]
     report(rows)
     if args.json:
         with open(args.json, "w") as out:

@@ -145,10 +145,10 @@ def test_jvm_statistics_of_csr_partitions_match_numpy(spark, partitions, depth):
 
 
 def test_statistics_summed_sorted_by_block_equal_the_d_arrays(spark):
-    """A partition sums its CSR blocks into two d-arrays while d <= 16 x the first block's
+    """A partition sums its CSR blocks into two d-arrays while d <= 64 x the first block's
     non-zeros, else block by block into sorted sparse partials: one partition of 700 rows
-    (~4,200 non-zeros) in one block of 4,096 rows takes the d-arrays, in blocks of 64 rows
-    (~380 non-zeros) the sorted partials; binary data sums exactly either way."""
+    (~4,700 non-zeros) in one block of 4,096 rows takes the d-arrays, in blocks of 64 rows
+    (at most 7 non-zeros a row) the sorted partials; binary data sums exactly either way."""
     from gradspark.data.blocks import BINARY
     from gradspark.data.jvm import JvmTrainingData
 
@@ -159,7 +159,7 @@ def test_statistics_summed_sorted_by_block_equal_the_d_arrays(spark):
         with JvmTrainingData(df, "features", "label", None, BINARY, block_size, 2) as data:
             answers.append(data.statistics)
     arrays, sorted_ = answers
-    assert sum(len(c) for c in columns) * 16 > WIDE > 16 * 64 * 7  # the two paths
+    assert sum(len(c) for c in columns) * 64 > WIDE > 64 * 64 * 7  # the two paths
     for name in ("mean", "m2"):
         np.testing.assert_array_equal(getattr(arrays.features, name),
                                       getattr(sorted_.features, name), err_msg=name)
