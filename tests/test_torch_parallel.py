@@ -329,3 +329,19 @@ def test_validation_with_dropout_runs_in_eval_mode(digits_train, strategy):
         direct = float(torch.nn.functional.cross_entropy(module(X), y))
     np.testing.assert_allclose(min(history), direct, rtol=1e-5)
     frame.unpersist()
+
+
+def test_parallelism_params_survive_save_and_load(spark, tmp_path):
+    estimator = TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), numWorkers=4,
+                               strategy="tensor", meshShape=[2, 2],
+                               tensorParallelPlan={"0": "colwise", "2": "rowwise"})
+    estimator.write().save(str(tmp_path / "tensor"))
+    loaded = TorchEstimator.load(str(tmp_path / "tensor"))
+    assert loaded.getMeshShape() == [2, 2]
+    assert loaded.getTensorParallelPlan() == {"0": "colwise", "2": "rowwise"}
+    pipelined = TorchEstimator(digits_mlp, torch.nn.CrossEntropyLoss(), strategy="pipeline",
+                               pipelineSplit=["2"], pipelineSchedule="gpipe", microBatches=8)
+    pipelined.write().save(str(tmp_path / "pipeline"))
+    loaded = TorchEstimator.load(str(tmp_path / "pipeline"))
+    assert (loaded.getPipelineSplit(), loaded.getPipelineSchedule(),
+            loaded.getMicroBatches()) == (["2"], "gpipe", 8)
