@@ -292,7 +292,12 @@ object SparseStatistics {
       s2(u) += rowWeight(p) * v * v
       q += 1
     }
-    u += 1
+    packed(header, idx, s1, s2, u + 1)
+  }
+
+  /** The layout from a header and the first u of the index and sum arrays. */
+  private def packed(header: Array[Double], idx: Array[Double], s1: Array[Double],
+                     s2: Array[Double], u: Int): Array[Double] = {
     val out = new Array[Double](2 + header.length + 3 * u)
     out(0) = -1.0
     System.arraycopy(header, 0, out, 1, header.length)
@@ -346,15 +351,7 @@ object SparseStatistics {
       if (jb <= ja) { s1(u) += b(bb + 1 + ub + q); s2(u) += b(bb + 1 + 2 * ub + q); q += 1 }
       u += 1
     }
-    val out = new Array[Double](2 + head.length + 3 * u)
-    out(0) = -1.0
-    System.arraycopy(head, 0, out, 1, head.length)
-    val base = 1 + head.length
-    out(base) = u
-    System.arraycopy(idx, 0, out, base + 1, u)
-    System.arraycopy(s1, 0, out, base + 1 + u, u)
-    System.arraycopy(s2, 0, out, base + 1 + 2 * u, u)
-    out
+    packed(head, idx, s1, s2, u)
   }
 }
 
