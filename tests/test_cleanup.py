@@ -74,8 +74,9 @@ def gradspark_threads() -> list:
 
 def gradspark_temp_files() -> list:
     """gradspark's files in the temp directory, less those of other drivers (a JVM result
-    file names its driver's pid): another test run on this machine makes its own."""
-    others = re.compile(rf"gradspark-(?!{os.getpid()}-)\d+-[^/]*\.f8$")
+    or input file names its driver's pid): another test run on this machine, or the
+    other xdist worker, makes its own while this test runs."""
+    others = re.compile(rf"gradspark-(?!{os.getpid()}-)\d+-[^/]*\.(f8|in)$")
     return [path for path in glob.glob(os.path.join(tempfile.gettempdir(), "*gradspark*"))
             if not others.search(path)]
 
