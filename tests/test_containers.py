@@ -34,6 +34,8 @@ BASE = "localhost/gradspark-debian-minbase:bookworm"
 IMAGE = "localhost/gradspark:test"
 ENGINE = ["podman", "--runtime", "runc"]
 LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+LABEL = "io.gradspark.test=containers"
+FREE_GB = 5
 DEPENDENCIES = ["pyspark>=4.0,<5", "numpy>=1.24", "pandas>=2.0,<3", "pyarrow>=14",
                 "scipy>=1.10", "cryptography>=42"]
 
@@ -72,6 +74,32 @@ def _base_image() -> None:
     tar.wait()
 
 
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)  # the wheels are ~0.5 GB: no second copy on one disk
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _free_gb(path: str) -> float:
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return shutil.disk_usage(path).free / 2**30
+
+
+def _check_disk() -> None:
+    """Fail up front, by name, where podman would fail half-way with a closed pipe.
+
+    podman stages a layer in TMPDIR (twice its size) before it stores it under
+    /var/lib/containers; the install layer is ~1.5 GB.
+    """
+    staging = os.environ.get("TMPDIR", "/var/tmp")
+    short = {path: _free_gb(path) for path in (staging, "/var/lib/containers", CACHE)}
+    short = {path: free for path, free in short.items() if free < FREE_GB}
+    assert not short, (f"a container build needs {FREE_GB} GB free on each of these: "
+                       + ", ".join(f"{p} has {f:.1f} GB" for p, f in short.items()))
+
+
 def _context(work: str) -> str:
     """A build context: docker/ and examples/ as tracked, and the wheels."""
     context = os.path.join(work, "context")
@@ -84,7 +112,7 @@ def _context(work: str) -> str:
     cached = os.path.join(CACHE, "wheels")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "-w", cached, *DEPENDENCIES])
     for name in os.listdir(cached):
-        shutil.copy2(os.path.join(cached, name), wheels)
+        _link_or_copy(os.path.join(cached, name), os.path.join(wheels, name))
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
           "-w", wheels, REPO])
     return context
@@ -94,8 +122,13 @@ def _context(work: str) -> str:
 def cluster(tmp_path_factory):
     work = str(tmp_path_factory.mktemp("containers"))
     os.makedirs(CACHE, exist_ok=True)
+    # What a killed earlier run left behind (its finally did not run): only ours, by label.
+    leftovers = _run([*ENGINE, "images", "-q", "--filter", f"label={LABEL}"]).stdout.split()
+    if leftovers:
+        subprocess.run([*ENGINE, "rmi", "-f", *set(leftovers)], capture_output=True)
+    _check_disk()
     _base_image()
-    _run([*ENGINE, "build", "--network", "host", *LIMITS, "--build-arg",
+    _run([*ENGINE, "build", "--network", "host", *LIMITS, "--label", LABEL, "--build-arg",
           f"BASE_IMAGE={BASE}", "--build-arg", "TORCH_SPEC=", "--build-arg",
           "PIP_ARGS=--no-index", "-f", "docker/Dockerfile", "-t", IMAGE, _context(work)])
     tag = uuid.uuid4().hex[:8]
@@ -129,6 +162,9 @@ def cluster(tmp_path_factory):
     finally:
         subprocess.run([*ENGINE, "rm", "-f", *names.values()], capture_output=True)
         subprocess.run([*ENGINE, "network", "rm", "-f", network], capture_output=True)
+        # Each checkout's wheel makes a new install layer (~1.5 GB): left behind, they
+        # fill the disk run after run. The base image and the apt layer stay cached.
+        subprocess.run([*ENGINE, "rmi", "-f", IMAGE], capture_output=True)
 
 
 def test_a_containerized_cluster_trains_and_the_host_loads_its_model(cluster, spark):
