@@ -92,6 +92,33 @@ def finish(threads, errors, timeout=60):
     assert not errors, errors
 
 
+def test_a_frame_sent_from_views_is_the_documented_frame_and_is_read_in_place():
+    """Channel.send gathers the array's own buffer (no joined copy) and recv reads the
+    array into a buffer of its own: the bytes on the wire are still header | fields |
+    little-endian values | HMAC over all of them, and the array arrives aligned."""
+    key = bytes(range(32))
+    vector = np.random.default_rng(0).normal(size=5001)
+    fields = (3, 7, 0)
+    a, b = socket.socketpair()
+    with a, b:
+        Channel(a, key).send(Kind.WEIGHTS, fields, vector)
+        layout = FIELDS[Kind.WEIGHTS]
+        size = HEADER.size + layout.size + vector.nbytes + TAG_SIZE
+        raw = b""
+        while len(raw) < size:
+            raw += b.recv(size - len(raw))
+    header, payload = raw[:HEADER.size], raw[HEADER.size:-TAG_SIZE]
+    assert HEADER.unpack(header) == (MAGIC, VERSION, int(Kind.WEIGHTS), 1, len(payload))
+    assert payload == layout.pack(*fields) + vector.astype("<f8").tobytes()
+    assert raw[-TAG_SIZE:] == tag(key, b"", 0, header, payload)
+    a, b = socket.socketpair()
+    with a, b:
+        Channel(a, key).send(Kind.WEIGHTS, fields, vector[::2])  # a strided view, too
+        message = Channel(b, key, limit=1 << 20).recv()
+    assert message.fields == fields and np.array_equal(message.array, vector[::2])
+    assert message.array.flags.aligned and message.array.flags.writeable
+
+
 @pytest.mark.parametrize("staleness, tolerance", [(0, 1e-6), (2, 1e-3)])
 def test_two_workers_reach_the_least_squares_solution(staleness, tolerance):
     X, y, blocks, exact = least_squares()

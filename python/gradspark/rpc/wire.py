@@ -41,7 +41,7 @@ import hmac
 import socket
 import struct
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -134,20 +134,26 @@ def _increasing_below(indices: np.ndarray, size: int) -> bool:
                                 and not np.any(np.diff(indices.astype(np.int64)) <= 0))
 
 
-def encode_array(array) -> Tuple[int, bytes]:
-    """(dtype byte, bytes) of an ndarray (dense; uint32: keys) or an :class:`Encoded`."""
+def _buffer(array: np.ndarray) -> memoryview:
+    """The bytes of a contiguous array, without copying them."""
+    return memoryview(np.ascontiguousarray(array)).cast("B")
+
+
+def encode_array(array) -> Tuple[int, List]:
+    """(dtype byte, buffers in order) of an ndarray (dense; uint32: keys) or an
+    :class:`Encoded`. The buffers are views: a frame's array is never copied before
+    it is tagged and sent (a fresh multi-megabyte copy costs more than the HMAC)."""
     if not isinstance(array, Encoded):
         if array.dtype == INDEX:
-            return KEYS, array.tobytes()
-        array = np.ascontiguousarray(array)
+            return KEYS, [_buffer(array)]
         little = array.dtype.newbyteorder("<")
-        return ENCODING_CODES[(little, False)], array.astype(little, copy=False).tobytes()
+        return ENCODING_CODES[(little, False)], [_buffer(array.astype(little, copy=False))]
     code = ENCODING_CODES[(array.values.dtype, array.indices is not None)]
-    parts = [SCALE.pack(array.scale)] if array.values.dtype == F16 else []
+    parts: List = [SCALE.pack(array.scale)] if array.values.dtype == F16 else []
     if array.indices is not None:
-        parts.append(array.indices.astype(INDEX, copy=False).tobytes())
-    parts.append(array.values.tobytes())
-    return code, b"".join(parts)
+        parts.append(_buffer(array.indices.astype(INDEX, copy=False)))
+    parts.append(_buffer(array.values))
+    return code, parts
 
 
 def decode_array(code: int, body: bytes, kind: "Kind"):
@@ -177,14 +183,18 @@ def decode_array(code: int, body: bytes, kind: "Kind"):
     values = np.frombuffer(body, dtype=dtype)
     if dtype == F16:
         return Encoded(count, values, scale=scale)
-    return values.astype(np.float64)
+    # A received body is its own (writable, aligned) buffer: float64 is used in place.
+    aligned = values.flags.writeable and values.flags.aligned
+    return values.astype(np.float64, copy=not aligned)
 
 
-def tag(key: bytes, context: bytes, sequence: int, header: bytes, payload: bytes) -> bytes:
+def tag(key: bytes, context: bytes, sequence: int, header: bytes, *payload) -> bytes:
+    """The HMAC of a frame; ``payload`` may come in parts (the same tag as joined)."""
     mac = hmac.new(key, context, hashlib.sha256)
     mac.update(sequence.to_bytes(8, "big"))
     mac.update(header)
-    mac.update(payload)
+    for part in payload:
+        mac.update(part)
     return mac.digest()
 
 
@@ -218,7 +228,7 @@ def _nonce(sequence: int) -> bytes:
     return bytes(4) + sequence.to_bytes(8, "big")
 
 
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+def _recv_exactly(sock: socket.socket, size: int) -> bytearray:
     buffer = bytearray(size)
     view = memoryview(buffer)
     received = 0
@@ -230,7 +240,18 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
             raise ProtocolError(f"truncated frame: connection closed after {received} of "
                                 f"{size} bytes")
         received += n
-    return bytes(buffer)
+    return buffer
+
+
+def _send_parts(sock: socket.socket, parts: List) -> None:
+    """``sendall`` of the concatenated parts, gathered by the kernel (no joined copy)."""
+    views = [memoryview(part).cast("B") for part in parts if len(part)]
+    while views:
+        sent = sock.sendmsg(views[:64])  # IOV_MAX is at least 1024 on Linux
+        while views and sent >= len(views[0]):
+            sent -= len(views.pop(0))
+        if views and sent:
+            views[0] = views[0][sent:]
 
 
 class Channel:
@@ -262,22 +283,23 @@ class Channel:
 
     def send(self, kind: Kind, fields: Tuple = (), array=None, text: str = "") -> None:
         """``array``: an ndarray (sent dense) or an :class:`Encoded` message."""
-        body = b""
+        body: List = []
         dtype = 0
         if array is not None:
             dtype, body = encode_array(array)
         elif text:
-            body = text.encode("utf-8", "replace")
-        payload = FIELDS[kind].pack(*fields) + body
-        header = HEADER.pack(MAGIC, VERSION, int(kind), dtype, len(payload))
+            body = [text.encode("utf-8", "replace")]
+        payload = [FIELDS[kind].pack(*fields), *body]
+        header = HEADER.pack(MAGIC, VERSION, int(kind), dtype,
+                             sum(len(part) for part in payload))
         if self._seal is not None:  # ciphertext, then its tag
-            frame = header + self._seal.encrypt(_nonce(self.sent), payload,
-                                                self.context + header)
+            frame = [header, self._seal.encrypt(_nonce(self.sent), b"".join(payload),
+                                                self.context + header)]
         else:
-            frame = header + payload + tag(self.key, self.context, self.sent, header, payload)
-        self.sock.sendall(frame)
+            frame = [header, *payload, tag(self.key, self.context, self.sent, header, *payload)]
+        _send_parts(self.sock, frame)
         self.sent += 1
-        self.bytes_sent += len(frame)
+        self.bytes_sent += sum(len(part) for part in frame)
 
     def recv(self) -> Message:
         header = _recv_exactly(self.sock, HEADER.size)
@@ -298,11 +320,16 @@ class Channel:
             except InvalidTag:
                 raise ProtocolError("authentication failed (bad tag)") from None
             size = length + SEAL_SIZE
+            head, body = payload[:FIELDS[Kind(kind)].size], memoryview(payload)
+            body = body[len(head):]
         else:
-            payload = _recv_exactly(self.sock, length)
+            # The fields and the array are read into buffers of their own, so the array
+            # is aligned and used where it lies (no copy of a multi-megabyte body).
+            head = _recv_exactly(self.sock, min(length, FIELDS[Kind(kind)].size))
+            body = _recv_exactly(self.sock, length - len(head))
             mac = _recv_exactly(self.sock, TAG_SIZE)
             if not hmac.compare_digest(mac, tag(self.key, self.context, self.received, header,
-                                                payload)):
+                                                head, body)):
                 raise ProtocolError("authentication failed (bad tag)")
             size = length + TAG_SIZE
         self.received += 1
@@ -310,11 +337,11 @@ class Channel:
         self.bytes_received += self.last_received_bytes
         kind = Kind(kind)
         layout = FIELDS[kind]
-        if len(payload) < layout.size:
-            raise ProtocolError(f"{kind.name} frame too short ({len(payload)} bytes)")
-        fields, body = layout.unpack_from(payload), payload[layout.size:]
+        if len(head) < layout.size:
+            raise ProtocolError(f"{kind.name} frame too short ({len(head)} bytes)")
+        fields = layout.unpack_from(head)
         if kind == Kind.ERROR:
-            return Message(kind, fields, text=body.decode("utf-8", "replace"))
+            return Message(kind, fields, text=bytes(body).decode("utf-8", "replace"))
         if dtype:
             array = decode_array(dtype, body, kind)
             if dtype == KEYS:
