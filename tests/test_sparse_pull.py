@@ -61,6 +61,36 @@ def test_touched_batch_sums_are_the_dense_sums_bit_for_bit(loss, k, fraction):
         assert batch.features.size < d / 2
 
 
+@pytest.mark.parametrize("dense", [False, True])
+def test_a_full_batch_worker_holds_one_block_per_partition_with_the_same_sums(dense):
+    from gradspark.engine.worker_step import WorkerStep
+
+    d, loss = 2_000, BinaryLogisticLoss()
+    groups = sparse_groups(4, d)
+    if dense:
+        groups = {p: [b._replace(features=b.features.toarray()) for b in blocks]
+                  for p, blocks in groups.items()}
+    reference = {p: list(blocks) for p, blocks in groups.items()}
+    coef = np.random.default_rng(5).normal(size=(d, 1))
+    held = WorkerStep(loss, d, 1, 1.0, 0).hold(groups)
+    assert list(held) == list(reference) and all(len(b) == 1 for b in held.values())
+    for partition, (block,) in held.items():
+        rows = reference[partition]
+        stacked = np.vstack([b.features.toarray() if sp.issparse(b.features) else b.features
+                             for b in rows])
+        features = block.features.toarray() if sp.issparse(block.features) else block.features
+        assert sp.issparse(block.features) != dense and np.array_equal(features, stacked)
+        assert np.array_equal(block.labels, np.concatenate([b.labels for b in rows]))
+        assert np.array_equal(block.weights, np.concatenate([b.weights for b in rows]))
+        assert block.first_row == rows[0].first_row
+    merged = grouped_sums(held, loss, coef, np.zeros(1), np.zeros(0), 1.0, 0, 0)
+    blockwise = grouped_sums(reference, loss, coef, np.zeros(1), np.zeros(0), 1.0, 0, 0)
+    np.testing.assert_allclose(merged.vector(), blockwise.vector(), rtol=1e-12, atol=1e-12)
+    assert merged.count == blockwise.count == 750
+    # a mini-batch worker keeps its blocks: each draws its rows block by block
+    assert WorkerStep(loss, d, 1, 0.5, 0).hold(reference) is reference
+
+
 def test_dense_blocks_and_dense_rows_fall_back_to_the_whole_vector():
     g = np.random.default_rng(0)
     dense = {0: [Block(g.normal(size=(20, 4)), np.ones(20), np.ones(20), 0)]}

