@@ -282,7 +282,12 @@ class Channel:
         self._open = AESGCM(to_server if server else to_client)
 
     def send(self, kind: Kind, fields: Tuple = (), array=None, text: str = "") -> None:
-        """``array``: an ndarray (sent dense) or an :class:`Encoded` message."""
+        """``array``: an ndarray (sent dense) or an :class:`Encoded` message.
+
+        The array is tagged and sent from its own buffer, so it must not change until
+        ``send`` returns: every handler publishes a new map per version, never an
+        array it later updates in place (the tag would no longer match).
+        """
         body: List = []
         dtype = 0
         if array is not None:
