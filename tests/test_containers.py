@@ -163,7 +163,8 @@ def cluster(tmp_path_factory):
         subprocess.run([*ENGINE, "rm", "-f", *names.values()], capture_output=True)
         subprocess.run([*ENGINE, "network", "rm", "-f", network], capture_output=True)
         # Each checkout's wheel makes a new install layer (~1.5 GB): left behind, they
-        # fill the disk run after run. The base image and the apt layer stay cached.
+        # fill the disk run after run. Only the base image stays (the build's layers go
+        # with the image, so the apt step runs again next time).
         subprocess.run([*ENGINE, "rmi", "-f", IMAGE], capture_output=True)
 
 

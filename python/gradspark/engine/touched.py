@@ -108,8 +108,8 @@ class TouchedFeatures:
 
 def _distinct(columns: List[np.ndarray], num_features: int) -> np.ndarray:
     """The sorted distinct column indices: by sorting when there are few of them, by
-    marking a feature-sized mask when they are many (a full batch: a sort of a
-    worker's 3 M indices took 0.3 s of its first round, the mask 10 ms)."""
+    marking a feature-sized mask when they are many (a full batch: 3 M indices at
+    2^20 features took 1.2 s to sort before a worker's first answer, 15 ms to mark)."""
     entries = sum(c.size for c in columns)
     if entries == 0:
         return np.zeros(0, np.int64)
