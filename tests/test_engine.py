@@ -10,7 +10,10 @@ import pytest
 
 from conftest import gradspark_cached_rdds
 from gradspark import SGDLinearRegression, SGDLogisticRegression
-from gradspark.fit.plan import RESIDENT_BYTES_PER_WORKER, DataPlan, choose
+from gradspark.fit import plan
+from gradspark.fit.plan import (LBFGS_RESIDENT_BYTES_PER_WORKER,
+                                LBFGS_SPARSE_RESIDENT_BYTES_PER_WORKER,
+                                RESIDENT_BYTES_PER_WORKER, DataPlan, choose)
 from gradspark.engine.resident_workers import Tree
 from gradspark.engine.rounds import WorkersFailed
 from gradspark.testing.faults import ENVIRONMENT_VARIABLE
@@ -92,10 +95,10 @@ def test_a_stage_that_fails_for_good_fails_the_fit_cleanly(spark, classification
 
 
 def test_auto_keeps_small_data_resident_and_large_data_in_jobs():
-    def choice(jvm_data, bytes_per_worker, resident_busy=False, **params):
+    def choice(jvm_data, bytes_per_worker, resident_busy=False, sparse=False, **params):
         kernels, strategy, _ = choose(SGDLogisticRegression(**params),
                                       DataPlan("jvm" if jvm_data else "python"),
-                                      bytes_per_worker, resident_busy)
+                                      bytes_per_worker, resident_busy, sparse)
         return kernels, strategy
 
     assert choice(False, 1e6) == ("python", "resident")
@@ -105,6 +108,11 @@ def test_auto_keeps_small_data_resident_and_large_data_in_jobs():
     # L-BFGS's few passes do not repay loading big blocks into resident workers.
     assert choice(True, 1e6)[1] == "resident"
     assert choice(True, 1e9)[0] == "jvm"
+    # ... unless they are sparse: a JVM step also pays for every partition's result.
+    assert choice(True, 1.5 * LBFGS_RESIDENT_BYTES_PER_WORKER)[1] == "jobPerStep"
+    assert choice(True, 1.5 * LBFGS_RESIDENT_BYTES_PER_WORKER, sparse=True)[1] == "resident"
+    assert choice(True, 1.5 * LBFGS_SPARSE_RESIDENT_BYTES_PER_WORKER,
+                  sparse=True) == ("jvm", "jobPerStep")
     assert choice(True, 1e6, optimizer="adam")[1] == "resident"
     assert choice(False, 1e6)[1] == "resident"
     assert choice(True, 1e6, resident_busy=True, optimizer="adam")[1] == "jobPerStep"
@@ -121,6 +129,22 @@ def test_auto_choices_on_the_test_data(classification_data):
     lbfgs = SGDLogisticRegression(maxIter=5, **LOOPBACK).fit(df)
     assert lbfgs.summary.extra["executionStrategy"] == "resident"  # small blocks
     assert lbfgs.summary.extra["jvmData"] is True  # validated and blockified in the JVM
+
+
+def test_auto_reads_the_density_of_the_cached_blocks(classification_data, sparse_data,
+                                                     monkeypatch):
+    # Past the dense L-BFGS limit (lowered to zero here) dense blocks run in jobs and
+    # sparse ones stay resident: the plan takes the density from the data pass.
+    monkeypatch.setattr(plan, "LBFGS_RESIDENT_BYTES_PER_WORKER", 0)
+    dense, *_ = classification_data
+    sparse, *_ = sparse_data
+    assert dense.first()["features"].__class__.__name__ == "DenseVector"
+    assert sparse.first()["features"].__class__.__name__ == "SparseVector"
+    fits = {name: SGDLogisticRegression(maxIter=3, **LOOPBACK).fit(df).summary.extra
+            for name, df in (("dense", dense), ("sparse", sparse))}
+    assert fits["dense"]["executionStrategy"] == "jobPerStep"
+    assert fits["dense"]["engine"] == "jvm"
+    assert fits["sparse"]["executionStrategy"] == "resident"
 
 
 def test_jvm_kernels_cannot_be_resident(classification_data):

@@ -28,8 +28,10 @@ Three ways to compute a sync step's gradient sums, measured in
 ``auto`` takes ``resident`` unless a worker would hold more than
 :data:`RESIDENT_BYTES_PER_WORKER` of blocks (the size Spark reports for the
 cached blocks), or the optimizer is L-BFGS, the JVM kernels are loaded and a
-worker would hold more than :data:`LBFGS_RESIDENT_BYTES_PER_WORKER` (its tens
-of passes do not repay loading the workers: ``benchmarks/engine.py``), or
+worker would hold more than :data:`LBFGS_RESIDENT_BYTES_PER_WORKER` of dense
+blocks or :data:`LBFGS_SPARSE_RESIDENT_BYTES_PER_WORKER` of sparse ones (past
+those, its tens of passes do not repay loading the workers:
+``benchmarks/engine.py``, ``benchmarks/strategy_choice.py``), or
 another fit of the session holds resident workers (one resident stage at a
 time per SparkContext: two that each got part of the task slots would wait on
 each other), then the JVM kernels (or numpy when they cannot be loaded).
@@ -59,9 +61,18 @@ logger = logging.getLogger(__name__)
 # Above this, auto does not keep blocks resident in Python workers.
 RESIDENT_BYTES_PER_WORKER = 2 << 30
 # L-BFGS makes a few tens of passes. Loading a resident worker costs about 1 s per
-# 200 MB of its blocks here, and on big dense blocks a resident step costs what a JVM
-# job does (benchmarks/engine.py): above this size per worker it does not pay.
+# 200 MB of its blocks here, and on big dense blocks a resident step saves a JVM job's
+# fixed cost but little arithmetic (benchmarks/engine.py): past this size per worker
+# the load costs more than the steps save (strategy_choice.py: dense 100,000-1,000,000
+# rows x 100 ran 1.3-2.4x faster in jobs).
 LBFGS_RESIDENT_BYTES_PER_WORKER = 64 << 20
+# On sparse blocks a JVM step also pays for every partition's feature-sized result:
+# resident fits were 1.1-2.4x faster on 12 of 15 shapes from 36 to 648 MiB per worker
+# (ctr and tail generators, 2^18-2^24 buckets; strategy_choice.py, three runs). Of the
+# other three, two did not repeat and one was within 6% (docs/wide_sparse.md).
+# Measured up to 648 MiB; the cap bounds the workers' copy of the blocks, held on top
+# of Spark's cache.
+LBFGS_SPARSE_RESIDENT_BYTES_PER_WORKER = 1 << 30
 
 DATA_KINDS = ("frame", "jvm", "python")
 TRAINERS = ("sync", "localSGD", "async", "sharded")
@@ -208,7 +219,8 @@ def plan_fit(params: SGDParams, data_plan: DataPlan, sc, data) -> FitPlan:
     else:
         workers = min(data.num_partitions, task_slots(sc))
         kernels, strategy, why = choose(params, data_plan, data.stored_bytes() / workers,
-                                        resident_stage_running(sc))
+                                        resident_stage_running(sc),
+                                        data.statistics.density < SPARSE_DENSITY)
     if params.getCompression() == "topk" and params.getOptimizer() in ("adam", "adagrad",
                                                                        "ftrl"):
         logger.warning("%s: compression='topk' with optimizer=%r: adaptive steps scale "
@@ -229,11 +241,12 @@ def plan_fit(params: SGDParams, data_plan: DataPlan, sc, data) -> FitPlan:
 
 
 def choose(params: SGDParams, data_plan: DataPlan, bytes_per_worker: float,
-           resident_busy: bool = False):
+           resident_busy: bool = False, sparse: bool = False):
     """``(kernels, strategy, reason)``: ``auto`` resolved by the size of the blocks.
 
     ``resident_busy``: another fit of the session holds resident workers (e.g.
     ``CrossValidator(parallelism=...)``); auto then runs jobs instead of waiting.
+    ``sparse``: the blocks are sparse (their density is below ``SPARSE_DENSITY``).
     Params that only resident workers implement (compression, local SGD, a worker
     quorum) keep them resident whatever the size, waiting for the slots if
     another fit holds them.
@@ -256,10 +269,12 @@ def choose(params: SGDParams, data_plan: DataPlan, bytes_per_worker: float,
             strategy, why = "jobPerStep", (f"{bytes_per_worker / 2**30:.1f} GiB of blocks per "
                                            "worker: too much to keep resident")
         elif (params.getOptimizer() == "lbfgs" and data_plan.jvm and engine == "auto"
-              and bytes_per_worker > LBFGS_RESIDENT_BYTES_PER_WORKER):
+              and bytes_per_worker > (LBFGS_SPARSE_RESIDENT_BYTES_PER_WORKER if sparse
+                                      else LBFGS_RESIDENT_BYTES_PER_WORKER)):
             strategy, why = "jobPerStep", (f"L-BFGS makes tens of passes: loading "
-                                           f"{bytes_per_worker / 2**20:.0f} MiB per resident "
-                                           "worker would cost more than it saves")
+                                           f"{bytes_per_worker / 2**20:.0f} MiB of "
+                                           f"{'sparse' if sparse else 'dense'} blocks per "
+                                           "resident worker would cost more than it saves")
         else:
             strategy, why = "resident", (f"{bytes_per_worker / 2**20:.0f} MiB of blocks per "
                                          "worker fit in the resident workers")
