@@ -314,6 +314,8 @@ class Channel:
         if kind not in Kind._value2member_map_ or (dtype and dtype not in ENCODINGS
                                                    and dtype != KEYS):
             raise ProtocolError(f"unknown frame kind {kind} or dtype {dtype}")
+        kind = Kind(kind)
+        layout = FIELDS[kind]
         limit = max(self.limit, ERROR_LIMIT) if kind == Kind.ERROR else self.limit
         if length > limit:
             raise ProtocolError(f"frame of {length} bytes exceeds the limit of {limit}")
@@ -325,12 +327,11 @@ class Channel:
             except InvalidTag:
                 raise ProtocolError("authentication failed (bad tag)") from None
             size = length + SEAL_SIZE
-            head, body = payload[:FIELDS[Kind(kind)].size], memoryview(payload)
-            body = body[len(head):]
+            head, body = payload[:layout.size], memoryview(payload)[layout.size:]
         else:
             # The fields and the array are read into buffers of their own, so the array
             # is aligned and used where it lies (no copy of a multi-megabyte body).
-            head = _recv_exactly(self.sock, min(length, FIELDS[Kind(kind)].size))
+            head = _recv_exactly(self.sock, min(length, layout.size))
             body = _recv_exactly(self.sock, length - len(head))
             mac = _recv_exactly(self.sock, TAG_SIZE)
             if not hmac.compare_digest(mac, tag(self.key, self.context, self.received, header,
@@ -340,8 +341,6 @@ class Channel:
         self.received += 1
         self.last_received_bytes = HEADER.size + size
         self.bytes_received += self.last_received_bytes
-        kind = Kind(kind)
-        layout = FIELDS[kind]
         if len(head) < layout.size:
             raise ProtocolError(f"{kind.name} frame too short ({len(head)} bytes)")
         fields = layout.unpack_from(head)
