@@ -355,12 +355,15 @@ def test_the_rendezvous_store_listens_on_the_rank_0_task_address_only(spark):
 
         with process_group(use_gpu=False, timeout_seconds=60) as group:
             port = os.environ["MASTER_PORT"]
-            listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"],
-                                       capture_output=True, text=True).stdout.split()
+            # Only this process's sockets: a test running beside this one may listen on
+            # the same port number on another address (loopback), which is no leak.
+            lines = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"],
+                                   capture_output=True, text=True).stdout.splitlines()
+            listening = [line.split() for line in lines if f"pid={os.getpid()}," in line]
             yield group.rank, os.environ["MASTER_ADDR"], port, listening
 
     answers = sorted(spark.sparkContext.parallelize(range(2), 2).barrier()
                      .mapPartitionsWithIndex(rank).collect())
     _, address, port, listening = answers[0]
-    local = [field for field in listening if field.endswith(":" + port)]
+    local = [field for line in listening for field in line if field.endswith(":" + port)]
     assert local == [f"{address}:{port}"], listening  # not 0.0.0.0 / * / [::]
