@@ -11,8 +11,19 @@ optimizer and step size it prints the relative gap to the optimum after each pas
 for the last iterate and for the tail average, and the held-out log-loss and AUC
 of the final model (the average where there is one).
 
+``--variance-reduced`` adds two optimizers gradspark does not ship, as references
+for what closes the rest of the gap (``docs/wide_sparse.md``): mini-batch SAGA and
+SVRG, each with per-coordinate steps ``lr / (diag(H) bound)``, the bound
+``0.25 * sum_i x_ij^2 / n + l2_j`` of the logistic Hessian's diagonal. SAGA keeps
+each row's last residual; its table (the memory) starts at the first point, which
+costs one pass. SVRG takes a full gradient at a snapshot, then a pass of
+corrected mini-batch steps, then a new snapshot and two passes. Both are charged
+5 passes in all; an SVRG step reads its rows once but computes two margins.
+
     .venv/bin/python benchmarks/optimizer_sweep.py --rows 100000 --bits 18 --reg 1e-3
     .venv/bin/python benchmarks/optimizer_sweep.py --generator tail --steps adam:0.003,0.01
+    .venv/bin/python benchmarks/optimizer_sweep.py --rows 400000 --bits 20 --fractions 0.01 \
+        --variance-reduced 0.01,0.02
 """
 
 from __future__ import annotations
@@ -45,6 +56,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                                  if k != "sgd"],
                         help="optimizer:step[,step...] (default: the default step sizes)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--variance-reduced", default=None, metavar="STEP[,STEP...]",
+                        help="also run numpy SAGA and SVRG (not shipped) at these steps")
     return parser.parse_args(argv)
 
 
@@ -78,6 +91,81 @@ def held_out(X, y, theta: np.ndarray) -> Dict[str, float]:
             "auc": float(auc)}
 
 
+def _sigmoid(margin: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-margin))
+
+
+def _hessian_diagonal_bound(X, l2: np.ndarray) -> np.ndarray:
+    """``0.25 * mean_i x_ij^2 + l2_j`` per coefficient, 0.25 (+ 0) for the intercept:
+    the logistic loss's curvature is at most 1/4."""
+    sums = np.asarray(X.multiply(X).sum(axis=0)).ravel()
+    return 0.25 * np.concatenate([sums, [X.shape[0]]]) / X.shape[0] + l2
+
+
+def saga(X, y, f, theta0, l2, lr, fraction, passes):
+    """Mini-batch SAGA; the memory of every row's residual starts at ``theta0`` (one
+    pass), then ``passes - 1`` passes of steps. Returns the gap-per-pass inputs."""
+    n, steps_per_pass = X.shape[0], round(1 / fraction)
+    step_sizes = lr / _hessian_diagonal_bound(X, l2)
+    theta = theta0.copy()
+    residual = _sigmoid(X @ theta[:-1] + theta[-1]) - y
+    average = np.concatenate([X.T @ residual, [residual.sum()]]) / n
+    rng, values = np.random.default_rng(1), [f(theta)[0]]
+    for step in range((passes - 1) * steps_per_pass):
+        rows = np.flatnonzero(rng.random(n) < fraction)
+        Xb = X[rows]
+        fresh = _sigmoid(Xb @ theta[:-1] + theta[-1]) - y[rows]
+        change = np.concatenate([Xb.T @ (fresh - residual[rows]),
+                                 [(fresh - residual[rows]).sum()]])
+        grad = change / max(len(rows), 1) + average + l2 * theta
+        average, residual[rows] = average + change / n, fresh
+        theta = theta - step_sizes * grad
+        if (step + 1) % steps_per_pass == 0:
+            values.append(f(theta)[0])
+    return theta, values
+
+
+def svrg(X, y, f, theta0, l2, lr, fraction, inner_passes=(1, 2)):
+    """Mini-batch SVRG: per outer round a full gradient at a snapshot (one pass), then
+    ``inner_passes[k]`` passes of corrected steps."""
+    n, steps_per_pass = X.shape[0], round(1 / fraction)
+    step_sizes = lr / _hessian_diagonal_bound(X, l2)
+    theta, rng, values = theta0.copy(), np.random.default_rng(1), []
+    for passes in inner_passes:
+        snapshot, full = theta.copy(), f(theta)[1]
+        values.append(f(theta)[0])
+        for step in range(passes * steps_per_pass):
+            rows = np.flatnonzero(rng.random(n) < fraction)
+            Xb = X[rows]
+            change = (_sigmoid(Xb @ theta[:-1] + theta[-1])
+                      - _sigmoid(Xb @ snapshot[:-1] + snapshot[-1]))
+            grad = (np.concatenate([Xb.T @ change, [change.sum()]]) / max(len(rows), 1)
+                    + full + l2 * (theta - snapshot))
+            theta = theta - step_sizes * grad
+            if (step + 1) % steps_per_pass == 0:
+                values.append(f(theta)[0])
+    return theta, values
+
+
+def run_variance_reduced(args, X, y, f, theta0, l2, target, X_test, y_test):
+    results = []
+    for fraction in args.fractions:
+        for lr in map(float, args.variance_reduced.split(",")):
+            for name, method in (("saga", saga), ("svrg", svrg)):
+                theta, values = (method(X, y, f, theta0, l2, lr, fraction, args.passes)
+                                 if name == "saga" else
+                                 method(X, y, f, theta0, l2, lr, fraction))
+                gaps = [v / target - 1 for v in values]
+                row = {"optimizer": name, "stepSize": lr, "fraction": fraction,
+                       "gaps": gaps, **held_out(X_test, y_test, theta)}
+                results.append(row)
+                print(f"  {name:8s} step {lr:<6g} fraction {fraction:<5g} gap after passes "
+                      + " ".join(f"{i + 1}:{g:+.4f}" for i, g in enumerate(gaps))
+                      + f" | held-out log-loss {row['logLoss']:.4f} AUC {row['auc']:.4f}",
+                      flush=True)
+    return results
+
+
 def run(args: argparse.Namespace) -> List[Dict[str, object]]:
     width = 1 << args.bits
     X, y = load(args.generator, args.rows, width, args.seed)
@@ -94,6 +182,8 @@ def run(args: argparse.Namespace) -> List[Dict[str, object]]:
           "{logLoss:.4f} AUC {auc:.4f}".format(**held_out(X_test, y_test, optimum.x)),
           flush=True)
     results = []
+    if args.variance_reduced:
+        results += run_variance_reduced(args, X, y, f, theta0, l2, target, X_test, y_test)
     for fraction in args.fractions:
         per_pass = round(1 / fraction)
         steps = args.passes * per_pass
