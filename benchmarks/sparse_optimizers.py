@@ -8,10 +8,13 @@ standardization=False`` everywhere.
 
 * **reference**: gradspark's L-BFGS to ``tol=1e-9`` (its objective is the target)
   and MLlib's ``LogisticRegression`` with the same Params (``maxIter=100``);
-* per optimizer (adam, adagrad, ftrl), per ``--fractions`` entry: a fit of
-  ``--passes`` passes (``maxIter = passes / fraction``) with **no stepSize
-  given** (the optimizer's default), ``tol=0``; and, at the first fraction, the
-  same fit with ``lazyUpdates=False`` and with ``iterateAveraging="none"``.
+* per optimizer (adam, adagrad, ftrl, svrg), per ``--fractions`` entry: a fit of
+  ``--passes`` passes (``maxIter = passes / fraction``; for svrg the most updates
+  whose full-gradient snapshots and two evaluations per batch read at most that
+  many passes) with **no stepSize given** (the optimizer's default), ``tol=0``;
+  and, at the first fraction, the same fit with ``lazyUpdates=False`` and with
+  ``iterateAveraging="none"`` (not for svrg, which has neither; nor with
+  ``--no-variants``).
 
 Columns: the training objective of the returned model (every row, penalty
 included: the fit's ``finalObjective``) and its relative gap to L-BFGS's; the
@@ -20,6 +23,7 @@ issue's target: every optimizer within 1% of L-BFGS in at most 5 passes.
 
     .venv/bin/python benchmarks/sparse_optimizers.py                 # 400,000 rows, 2^20
     .venv/bin/python benchmarks/sparse_optimizers.py --rows 100000 --bits 18 --fractions 0.1
+    .venv/bin/python benchmarks/sparse_optimizers.py --fractions 0.01 --no-variants --no-mllib
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence
 
-OPTIMIZERS = ("adam", "adagrad", "ftrl")
+OPTIMIZERS = ("adam", "adagrad", "ftrl", "svrg")
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -45,6 +49,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--passes", type=float, default=5)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--mllib", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS),
+                        choices=OPTIMIZERS)
+    parser.add_argument("--variants", action=argparse.BooleanOptionalAction, default=True,
+                        help="also lazyUpdates=False and iterateAveraging='none'")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="14g")
     parser.add_argument("--seed", type=int, default=7)
@@ -73,6 +81,7 @@ def run_generator(spark, args, generator: str) -> Dict[str, object]:
     from pyspark.ml.classification import LogisticRegression
 
     from gradspark import SGDLogisticRegression
+    from gradspark.optim.variance_reduction import updates_within
     from gradspark.testing.ctr_data import ctr_frame
 
     width = 1 << args.bits
@@ -97,13 +106,16 @@ def run_generator(spark, args, generator: str) -> Dict[str, object]:
               flush=True)
     fits: List[Dict[str, object]] = []
     for i, fraction in enumerate(args.fractions):
-        steps = round(args.passes / fraction)
-        variants = [{}] + ([{"lazyUpdates": False}, {"iterateAveraging": "none"}] if i == 0
-                           else [])
-        for name in OPTIMIZERS:
+        variants = [{}] + ([{"lazyUpdates": False}, {"iterateAveraging": "none"}]
+                           if i == 0 and args.variants else [])
+        for name in args.optimizers:
+            steps = updates_within(args.passes, fraction) if name == "svrg" \
+                else round(args.passes / fraction)
             for variant in variants:
-                if name == "ftrl" and variant.get("iterateAveraging") == "none":
-                    continue  # FTRL does not average anyway
+                if name in ("ftrl", "svrg") and variant.get("iterateAveraging") == "none":
+                    continue  # they do not average anyway
+                if name == "svrg" and variant:
+                    continue  # nor have lazy rules
                 estimator = SGDLogisticRegression(optimizer=name, miniBatchFraction=fraction,
                                                   maxIter=steps, tol=0.0, **common, **variant)
                 seconds, model = timed_fit(estimator, train)

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from gradspark.optim import (
-    FTRL, SGD, Adagrad, Adam, learning_rate, minimize_lbfgs, soft_threshold,
+    FTRL, SGD, SVRG, Adagrad, Adam, learning_rate, minimize_lbfgs, soft_threshold,
 )
+from gradspark.optim.variance_reduction import data_passes, snapshots_before, updates_within
 
 g = np.random.default_rng(3)
 # Orthonormal design: the lasso solution is soft_threshold(Q^T y, lam) exactly.
@@ -273,3 +274,48 @@ def test_lazy_ftrl_is_the_papers_lambda2_and_solves_the_elastic_net():
         theta, state = opt.update(theta, lasso_smooth(theta)[1] + l2 * theta, state, 0.3, l1)
     # orthonormal design: the elastic net's solution is soft_threshold(Q^T y, l1) / (1 + l2)
     np.testing.assert_allclose(theta, soft_threshold(Q.T @ Y, l1) / (1 + l2), atol=1e-4)
+
+
+def test_svrg_takes_its_snapshots_at_0_p_3p_5p_and_counts_its_passes():
+    svrg = SVRG(np.ones(2), updates_per_pass=4)
+    state, due = svrg.init(np.zeros(2)), []
+    for t in range(30):
+        due.append(svrg.snapshot_due(state))
+        _, state = svrg.update(np.zeros(2), np.zeros(2), state, 0.1, 0.0)
+    assert [t for t, d in enumerate(due) if d] == [0, 4, 12, 20, 28]
+    for updates in range(1, 30):
+        assert snapshots_before(updates, 4) == sum(due[:updates])
+        assert data_passes(updates, 4, 0.25) == pytest.approx(
+            sum(1.0 if d else 0.5 for d in due[:updates]))
+    assert updates_within(5, 0.25) == 8  # snapshot, 3 batches, snapshot, 3 batches: 5 passes
+
+
+def test_svrg_converges_to_the_least_squares_solution_with_a_constant_step():
+    """Mini-batch SVRG driven as the sync trainer drives it (a full gradient at each
+    snapshot, the batch's gradient at theta and at the snapshot otherwise) reaches the
+    ridge solution from numpy's solver; constant-step SGD on the same batches stalls
+    at its noise floor."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 6)) * np.array([1.0, 3.0, 0.2, 1.0, 5.0, 0.5])
+    y = X @ rng.normal(size=6) + rng.normal(size=400)
+    l2 = 0.01
+    solution = np.linalg.solve(X.T @ X / len(y) + l2 * np.eye(6), X.T @ y / len(y))
+
+    def grad(w, rows):
+        return X[rows].T @ (X[rows] @ w - y[rows]) / len(rows) + l2 * w
+
+    fraction, everything = 0.1, np.arange(len(y))
+    svrg = SVRG(np.mean(X**2, axis=0) + l2, updates_per_pass=10)
+    w, state = np.zeros(6), svrg.init(np.zeros(6))
+    sgd = np.zeros(6)
+    for step in range(600):
+        rows = np.flatnonzero(np.random.default_rng(step).random(len(y)) < fraction)
+        if svrg.snapshot_due(state):
+            g = grad(w, everything)
+            state = svrg.take_snapshot(state, w, g)
+        else:
+            g = svrg.correct(grad(w, rows), grad(svrg.snapshot(state), rows), state)
+        w, state = svrg.update(w, g, state, 0.3, 0.0)
+        sgd = sgd - 0.3 * svrg.inverse_curvature * grad(sgd, rows)
+    np.testing.assert_allclose(w, solution, atol=1e-8)
+    assert np.max(np.abs(sgd - solution)) > 1e-3

@@ -14,14 +14,21 @@ def _flat(model):
     return np.r_[model.coefficientMatrix.toArray().ravel(), model.interceptVector.toArray()]
 
 
+# SVRG's snapshot and its full gradient are state too; 5% batches: snapshots at 0, 20, 60
+SVRG = dict(optimizer="svrg", miniBatchFraction=0.05, seed=3, tol=0.0, regParam=0.01)
+
+
+@pytest.mark.parametrize("settings", [ADAM, SVRG], ids=["adam", "svrg"])
 @pytest.mark.parametrize("strategy", ["jobPerStep", "resident"])
-def test_continuing_a_first_order_fit_equals_the_longer_fit(classification_data, strategy):
+def test_continuing_a_first_order_fit_equals_the_longer_fit(classification_data, strategy,
+                                                             settings):
     """Adam on mini-batches: the moments, the step counter (bias correction) and the
-    (seed, step) sampling all carry over, so 10 + 10 steps are the 20-step fit."""
+    (seed, step) sampling all carry over, so 10 + 10 steps are the 20-step fit. SVRG:
+    the second leg steps against the first leg's snapshot, the third takes its own."""
     df = classification_data[0]
 
     def estimator(steps):
-        return SGDLogisticRegression(executionStrategy=strategy, maxIter=steps, **ADAM)
+        return SGDLogisticRegression(executionStrategy=strategy, maxIter=steps, **settings)
 
     first = estimator(10).fit(df)
     continued = estimator(10).setInitialModel(first).fit(df)

@@ -10,7 +10,7 @@ executors get the exact same code the driver validated.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 from scipy.special import log_softmax, softmax
@@ -28,6 +28,10 @@ class Loss:
     name: str = ""
     label_domain: str = REAL
     num_aux: int = 0  # extra parameters the loss owns (appended to the parameter vector)
+    # The most a row's second derivative in a margin can be (a per-coordinate curvature
+    # bound, for optimizer='svrg'); None where there is none (hinge) or the loss has
+    # parameters of its own (Huber's scale).
+    curvature: Optional[float] = None
 
     def evaluate(
         self, margins: np.ndarray, labels: np.ndarray, weights: np.ndarray, aux: np.ndarray
@@ -49,6 +53,7 @@ class BinaryLogisticLoss(Loss):
 
     name = "logistic"
     label_domain = BINARY
+    curvature = 0.25  # p (1 - p)
 
     def evaluate(self, margins, labels, weights, aux):
         m = margins[:, 0]
@@ -62,6 +67,7 @@ class MultinomialLogisticLoss(Loss):
 
     name = "multinomial"
     label_domain = CLASS_INDEX
+    curvature = 0.25  # the softmax Hessian's diagonal, p_k (1 - p_k)
 
     def evaluate(self, margins, labels, weights, aux):
         idx = labels.astype(np.int64)
@@ -81,6 +87,7 @@ class SquaredLoss(Loss):
     """
 
     name = "squaredError"
+    curvature = 1.0
 
     def __init__(self, label_shift: float = 0.0, label_scale: float = 1.0) -> None:
         self.label_shift = label_shift

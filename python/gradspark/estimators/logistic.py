@@ -81,10 +81,13 @@ class SGDLogisticRegression(_SGDLinearEstimator, _LogisticRegressionParams):
     ----------
     family : {"auto", "binomial", "multinomial"}
         ``auto`` picks binomial for labels {0, 1} and multinomial otherwise.
-    optimizer : {"lbfgs", "sgd", "adagrad", "adam", "ftrl"}
+    optimizer : {"lbfgs", "sgd", "adagrad", "adam", "ftrl", "svrg"}
         ``lbfgs`` (default, full batch) converges to MLlib's solution; the
         first-order optimizers support ``miniBatchFraction < 1``, a
-        ``learningRateSchedule`` and ``stepSize``.
+        ``learningRateSchedule`` and ``stepSize``. ``svrg`` (sync mode) corrects
+        each batch's gradient by a full gradient at a snapshot and scales each
+        coefficient's step by its curvature: the mini-batch optimizer that gets
+        closest to the optimum in a few passes over wide sparse data.
     miniBatchFraction : float
         Fraction of rows sampled per step, reproducibly from ``seed`` and the step.
     thresholds : list of float, optional

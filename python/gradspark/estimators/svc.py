@@ -104,6 +104,8 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
         """Set any of the constructor's Params."""
         return self._set_given(self._input_kwargs)
 
+    _loss_without_curvature_bound = "hinge"  # optimizer='svrg' is refused (fit.rules)
+
     def _label_domain(self) -> str:
         return BINARY
 

@@ -203,6 +203,7 @@ def trainer_config(params: SGDParams) -> Union[SyncConfig, AsyncConfig]:
                            adaptive_compensation=params.getAdaptiveCompensation(),
                            **common)
     return SyncConfig(local_steps=params.getLocalSteps(), average_after=averaging_start(params),
+                      updates_per_pass=math.ceil(1.0 / params.getMiniBatchFraction()),
                       **common)
 
 

@@ -71,8 +71,41 @@ def averaging_supported(params: SGDParams) -> bool:
             and params.getLocalSteps() == 1)
 
 
+def nonsmooth_loss(params: SGDParams) -> str:
+    """The loss's name when it has no curvature bound for SVRG's steps, else ''."""
+    if getattr(params, "_loss_without_curvature_bound", ""):
+        return params._loss_without_curvature_bound
+    if params.hasParam("loss") and params.getOrDefault("loss") == "huber":
+        return "huber"
+    return ""
+
+
+def _check_svrg(params: SGDParams) -> None:
+    """SVRG evaluates each batch twice, on the same rows, in the driver's sync trainer."""
+    if params.getMode() != "sync" or params.getParameterServers() \
+            or params.getLocalSteps() > 1:
+        raise ValueError("optimizer='svrg' needs sync mode with localSteps=1 and no "
+                         "parameterServers: its steps correct each batch's gradient by the "
+                         "same batch's gradient at a snapshot, in the driver")
+    if params.getWorkerQuorum() < 1.0 or params.getBatchSizing() != "fixed" \
+            or params.getCompression() != "none":
+        raise ValueError("optimizer='svrg' needs workerQuorum=1, batchSizing='fixed' and "
+                         "compression='none': its correction needs the exact sums of the "
+                         "same rows at two points")
+    if params.getIterateAveraging() == "tail":
+        raise ValueError("optimizer='svrg' converges without iterate averaging; set "
+                         "iterateAveraging='auto' or 'none'")
+    loss = nonsmooth_loss(params)
+    if loss:
+        raise ValueError(f"optimizer='svrg' scales its steps by a bound on the loss's "
+                         f"curvature, which loss {loss!r} does not have; use another "
+                         f"optimizer")
+
+
 def check_params(params: SGDParams) -> None:
     """Raise ValueError on Param combinations that cannot train correctly."""
+    if params.getOptimizer() == "svrg":
+        _check_svrg(params)
     if params.getIterateAveraging() == "tail":
         if params.getOptimizer() == "lbfgs":
             raise ValueError("iterateAveraging='tail' averages first-order steps; "

@@ -37,18 +37,11 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from gradspark.optim.proximal import proximal_step as _proximal_step
+from gradspark.optim.proximal import soft_threshold
+from gradspark.optim.variance_reduction import SVRG
+
 State = Dict[str, np.ndarray]
-
-
-def soft_threshold(x: np.ndarray, threshold: np.ndarray) -> np.ndarray:
-    """Proximal operator of ``threshold * |x|`` (elementwise)."""
-    return np.sign(x) * np.maximum(np.abs(x) - threshold, 0.0)
-
-
-def _proximal_step(theta, direction, step_sizes, l1, prox_scale=1.0):
-    """theta - step * direction, then the prox of the L1 term with steps * prox_scale."""
-    moved = theta - step_sizes * direction
-    return soft_threshold(moved, step_sizes * prox_scale * l1) if np.any(l1) else moved
 
 
 class SGD:
@@ -217,13 +210,20 @@ class FTRL:
 # scale, Adagrad's and FTRL's ~lr on a coordinate's first touch then shrinking: chosen on
 # the wide sparse benchmark's generator and checked on its second one
 # (docs/wide_sparse.md, "Stochastic optimizers").
-DEFAULT_STEP_SIZES = {"sgd": 0.1, "adagrad": 0.1, "adam": 0.01, "ftrl": 0.1}
+# SVRG's is a fraction of the inverse curvature bound, so it is unitless too.
+DEFAULT_STEP_SIZES = {"sgd": 0.1, "adagrad": 0.1, "adam": 0.01, "ftrl": 0.1, "svrg": 0.03}
 
 
 def make_first_order(name: str, momentum: float = 0.0, nesterov: bool = False,
-                     l2: Optional[np.ndarray] = None):
+                     l2: Optional[np.ndarray] = None, curvature: Optional[np.ndarray] = None,
+                     updates_per_pass: int = 1):
     """The optimizer called ``name``; Adagrad, Adam and FTRL are lazy when given the
-    per-parameter ``l2`` (SGD's update is the same either way)."""
+    per-parameter ``l2`` (SGD's update is the same either way). SVRG needs the
+    per-parameter ``curvature`` bound and the updates of one pass (its snapshots)."""
+    if name == "svrg":
+        if curvature is None:
+            raise ValueError("optimizer 'svrg' needs the objective's curvature bounds")
+        return SVRG(curvature, updates_per_pass)
     if name == "sgd":
         return SGD(momentum, nesterov)
     if name == "adagrad":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.ml.param import TypeConverters
 
-OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam", "ftrl")
+OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam", "ftrl", "svrg")
 FIRST_ORDER = "'sgd', 'adagrad', 'adam' or 'ftrl'"  # for messages
 PARAMETER_SPACES = ("auto", "standardized", "raw")
 SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")

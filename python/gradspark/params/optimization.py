@@ -36,7 +36,8 @@ class HasOptimizer(Params):
         Params._dummy(),
         "optimizer",
         "driver-side optimizer: " + ", ".join(OPTIMIZERS)
-        + " (lbfgs is full-batch only)",
+        + " (lbfgs is full-batch only; svrg, variance-reduced mini-batch steps scaled by "
+        "each coefficient's curvature, is sync mode only)",
         typeConverter=_one_of("optimizer", OPTIMIZERS),
     )
     learningRateSchedule: Param[str] = Param(

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -23,17 +23,22 @@ class SyncConfig:
     nesterov: bool = False
     lazy_updates: bool = True  # see gradspark.optim.first_order
     average_after: Optional[int] = None  # average the iterates after this update (sync only)
+    updates_per_pass: int = 1  # ceil(1 / miniBatchFraction): SVRG's snapshot interval
     label: str = "gradspark"
     local_steps: int = 1  # > 1: local SGD on resident workers (gradspark.trainer.local_sgd)
     faults: object = None  # test-only fault injection (gradspark.testing.faults)
 
-    def first_order(self, l2: Optional[np.ndarray] = None):
+    def first_order(self, l2: Optional[np.ndarray] = None,
+                    curvature: Optional[Callable[[], np.ndarray]] = None):
         """The configured first-order optimizer. Given the per-parameter ``l2`` of the
         parameters it updates, and with ``lazy_updates``, Adagrad, Adam and FTRL are lazy
         (:mod:`gradspark.optim.first_order`); their gradients must then be ``data + l2 *
-        theta`` as :meth:`LinearObjective.add_l2` forms them."""
-        optimizer = make_first_order(self.optimizer, self.momentum, self.nesterov,
-                                     l2 if self.lazy_updates else None)
+        theta`` as :meth:`LinearObjective.add_l2` forms them. SVRG calls ``curvature``
+        for its per-parameter bounds (:meth:`LinearObjective.curvature_bound`)."""
+        optimizer = make_first_order(
+            self.optimizer, self.momentum, self.nesterov, l2 if self.lazy_updates else None,
+            curvature() if self.optimizer == "svrg" and curvature else None,
+            self.updates_per_pass)
         if self.average_after is None:
             return optimizer
         return TailAverage(optimizer, self.average_after)

@@ -73,6 +73,24 @@ class LinearObjective:
         the standardized space, ``sigma`` in the raw one (0 where ``sigma`` is 0)."""
         return self.features_std * self.inv_std
 
+    def curvature_bound(self) -> np.ndarray:
+        """Per parameter, a bound on the objective's second derivative along it: the loss's
+        curvature times the mean square of what the coefficient multiplies (``(x_j -
+        mu_j) / sigma_j`` centered, ``x_j * inv_std_j`` otherwise; 1 for an intercept),
+        plus its L2 strength. SVRG's steps are fractions of its inverse."""
+        if self.loss.curvature is None or self.loss.num_aux:
+            raise ValueError(f"optimizer='svrg' needs a loss with bounded curvature and no "
+                             f"parameters of its own; {self.loss.name!r} is not")
+        variance = self.features_std ** 2
+        square = variance if self.centered else variance + self.features_mean ** 2
+        per_feature = self.loss.curvature * square * self.inv_std ** 2
+        bound = np.zeros(self.size)
+        bound[: self.num_coefficients] = np.repeat(per_feature, self.num_outputs)
+        if self.fit_intercept:
+            bound[self.num_coefficients: self.num_coefficients + self.num_outputs] = \
+                self.loss.curvature
+        return bound + self.l2
+
     # -- layout ---------------------------------------------------------
     @property
     def num_coefficients(self) -> int:

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from gradspark.checkpoints import TrainingCheckpoints, TrainingState
-from gradspark.optim import learning_rate, minimize_lbfgs
+from gradspark.optim import SVRG, learning_rate, minimize_lbfgs
 from gradspark.trainer.objective import LinearObjective
 from gradspark.integrations.progress import Progress
 from gradspark.trainer.early_stopping import EarlyStopping
@@ -198,16 +198,30 @@ def _lbfgs(objective, theta0, config, progress, checkpoints, resumed,
                           None if resumed is None else done)
 
 
+def _step_gradient(objective: LinearObjective, optimizer, theta: np.ndarray, step: int,
+                   state: Dict[str, np.ndarray]):
+    """``(value, gradient, state)`` of one update: the mini-batch of ``step``; for SVRG the
+    full batch at a snapshot (which it keeps), else its corrected batch gradient."""
+    if not isinstance(optimizer, SVRG):
+        return (*objective.smooth(theta, step), state)
+    if optimizer.snapshot_due(state):
+        value, grad = objective.smooth(theta)
+        return value, grad, optimizer.take_snapshot(state, theta, grad)
+    value, grad = objective.smooth(theta, step)
+    _, at_snapshot = objective.smooth(optimizer.snapshot(state), step)  # the same rows
+    return value, optimizer.correct(grad, at_snapshot, state), state
+
+
 def _first_order(objective, theta, config, progress, checkpoints, resumed,
                  early_stopping=None) -> TrainingResult:
-    optimizer = config.first_order(objective.l2)
+    optimizer = config.first_order(objective.l2, objective.curvature_bound)
     book = StepBook.open(optimizer, theta, resumed)
     start = book.step
     if early_stopping is not None:
         early_stopping(start, book.theta)
     for step in range(start, start if book.converged else config.max_iter):
         done, theta = step + 1, book.theta
-        value, grad = objective.smooth(theta, step)
+        value, grad, state = _step_gradient(objective, optimizer, theta, step, book.state)
         loss = value + objective.l1_penalty(theta)
         book.history.append(loss)
         progress.update(step + 1, loss)
@@ -215,7 +229,7 @@ def _first_order(objective, theta, config, progress, checkpoints, resumed,
             book.step = done
             break
         lr = learning_rate(config.schedule, config.step_size, step, config.max_iter)
-        new_theta, state = first_order_update(objective, optimizer, theta, grad, book.state, lr)
+        new_theta, state = first_order_update(objective, optimizer, theta, grad, state, lr)
         converged = small_step(theta, new_theta, config.tol)
         book.close_step(done, new_theta, state, converged, checkpoints,
                         converged or (checkpoints and checkpoints.due(done))
