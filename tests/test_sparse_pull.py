@@ -98,7 +98,18 @@ def test_dense_blocks_and_dense_rows_fall_back_to_the_whole_vector():
     # Every row touches most of 50 columns: keys (12 bytes each) would cost more.
     crowded = {0: [Block(sp.csr_matrix(g.normal(size=(40, 50))), np.ones(40), np.ones(40), 0)]}
     touched = TouchedFeatures(crowded, 50, 1, 0)
-    assert touched.batch(1.0, 0, 0) is None and not touched.enabled
+    assert touched.batch(1.0, 0, 0) is None and touched.batch(1.0, 0, 1) is None
+
+
+def test_a_crowded_full_batch_leaves_mini_batches_pulling_sparsely():
+    """All 750 rows touch ~95% of 2,000 columns, so a full batch pulls the whole vector; a
+    10% sample touches about a quarter of them and still pulls by key (SVRG mixes the two:
+    its snapshots are full batches)."""
+    touched = TouchedFeatures(sparse_groups(5, d=2_000), 2_000, 1, 0)
+    assert touched.batch(1.0, 0, 0) is None
+    batch = touched.batch(0.1, 0, 1)
+    assert batch is not None and batch.sampled and batch.features.size < 1_000
+    assert touched.batch(1.0, 0, 2) is None
 
 
 def test_a_keyed_pull_returns_those_weights_and_bad_keys_are_rejected():

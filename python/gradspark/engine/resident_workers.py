@@ -112,15 +112,19 @@ def serve_rounds(client: ParameterClient, groups, respond, compression: Compress
     if hasattr(respond, "hold"):
         groups = respond.hold(groups)
     # Sparse pulls (a leaf's gradient answers): the keys go with the pull, so the worker
-    # samples the round it expects next; a reply for another round is pulled again.
+    # samples the round it expects next; a reply for another round is pulled again. The
+    # last answered batch is kept: SVRG asks for each batch twice (at the weights and at
+    # its snapshot), and resampling it took twice as long as the round itself.
     touched = respond.touched(groups) if relay is None and hasattr(respond, "touched") \
         else None
     expected = respond.first_code() if touched is not None else 0
+    last_code, last_batch = None, None
     if relay is not None:
         relay.set_attempt(attempt)
     try:
         while True:
-            batch = respond.batch(touched, expected) if touched is not None else None
+            batch = None if touched is None else last_batch if expected == last_code \
+                else respond.batch(touched, expected)
             request = client.pull(None if batch is None else batch.keys)
             if request.stop:
                 break
@@ -139,6 +143,7 @@ def serve_rounds(client: ParameterClient, groups, respond, compression: Compress
             client.push(request.clock, request.version, answer.loss_sum, answer.weight_sum,
                         answer.count, message)
             answered += 1
+            last_code, last_batch = request.version, batch
             expected = RoundCode.decode(request.version).next_sampled()
         client.done()
     finally:

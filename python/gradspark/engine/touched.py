@@ -73,6 +73,7 @@ class TouchedFeatures:
         self.enabled = all(sp.issparse(block.features)
                            for blocks in groups.values() for block in blocks)
         self._full: Optional[TouchedBatch] = None
+        self._full_is_dense = False  # every row together touches too much to pull sparsely
 
     def batch(self, fraction: float, seed: int, step: int) -> Optional[TouchedBatch]:
         """The rows of ``step``: all of them when ``fraction >= 1``, else the sample of
@@ -82,6 +83,8 @@ class TouchedFeatures:
         sampled = fraction < 1.0
         if not sampled and self._full is not None:
             return self._full  # every row, whatever the step
+        if not sampled and self._full_is_dense:
+            return None
         chosen: Dict[int, List[Block]] = {}
         for partition, blocks in self.groups.items():
             rng = np.random.default_rng([seed, step, partition]) if sampled else None
@@ -95,8 +98,11 @@ class TouchedFeatures:
             self.num_features * k + np.arange(self.tail),
         ]).astype(INDEX)
         if _KEYED_BYTES * keys.size >= _DENSE_BYTES * self.vector_size:
-            if not sampled:
-                self.enabled = False  # the whole data touches too much: never worth it
+            # Every row together touches too much: full batches pull densely from now on.
+            # A mini-batch still pulls sparsely (SVRG mixes full-batch snapshots with
+            # mini-batches; when this disabled sparse pulls for good, each of its batch
+            # rounds took 9x as long).
+            self._full_is_dense = self._full_is_dense or not sampled
             return None
         renumbered = {partition: [_renumber(block, features) for block in blocks]
                       for partition, blocks in chosen.items()}
