@@ -107,3 +107,19 @@ def test_prediction_column_matches_mllib(regression_data):
     a = [r.yhat for r in ours.transform(df).select("yhat").collect()]
     b = [r.yhat for r in ref.transform(df).select("yhat").collect()]
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("standardization", [True, False])
+def test_svrg_reaches_mllibs_weighted_elastic_net(regression_data, standardization):
+    """Mini-batch SVRG (the squared loss's curvature bound, proximal L1 steps) converges
+    at a constant step to MLlib's L-BFGS solution (its label scaling; MLlib's normal
+    solver scales by the population std and lands ~1e-4 away)."""
+    df, *_ = regression_data
+    params = dict(regParam=0.1, elasticNetParam=0.3, weightCol="weight",
+                  standardization=standardization)
+    expected = LinearRegression(solver="l-bfgs", **TIGHT, **params).fit(df)
+    model = SGDLinearRegression(optimizer="svrg", miniBatchFraction=0.1, stepSize=0.1,
+                                maxIter=600, tol=0.0, **params).fit(df)
+    np.testing.assert_allclose(model.coefficients.toArray(),
+                               expected.coefficients.toArray(), rtol=1e-5, atol=1e-6)
+    assert model.intercept == pytest.approx(expected.intercept, rel=1e-5, abs=1e-6)
