@@ -291,10 +291,10 @@ def test_svrg_takes_its_snapshots_at_0_p_3p_5p_and_counts_its_passes():
 
 
 def test_svrg_converges_to_the_least_squares_solution_with_a_constant_step():
-    """Mini-batch SVRG driven as the sync trainer drives it (a full gradient at each
-    snapshot, the batch's gradient at theta and at the snapshot otherwise) reaches the
-    ridge solution from numpy's solver; constant-step SGD on the same batches stalls
-    at its noise floor."""
+    """Mini-batch SVRG through the same step_gradient the sync trainer calls (a full
+    gradient at each snapshot, the batch's gradient at theta and at the snapshot
+    otherwise) reaches the ridge solution from numpy's solver; constant-step SGD on the
+    same batches stalls at its noise floor."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 6)) * np.array([1.0, 3.0, 0.2, 1.0, 5.0, 0.5])
     y = X @ rng.normal(size=6) + rng.normal(size=400)
@@ -304,18 +304,18 @@ def test_svrg_converges_to_the_least_squares_solution_with_a_constant_step():
     def grad(w, rows):
         return X[rows].T @ (X[rows] @ w - y[rows]) / len(rows) + l2 * w
 
-    fraction, everything = 0.1, np.arange(len(y))
+    def batch(step):
+        return np.flatnonzero(np.random.default_rng(step).random(len(y)) < 0.1)
+
+    def evaluate(w, step):  # as LinearObjective.smooth: every row when step is None
+        return 0.0, grad(w, np.arange(len(y)) if step is None else batch(step))
+
     svrg = SVRG(np.mean(X**2, axis=0) + l2, updates_per_pass=10)
     w, state = np.zeros(6), svrg.init(np.zeros(6))
     sgd = np.zeros(6)
     for step in range(600):
-        rows = np.flatnonzero(np.random.default_rng(step).random(len(y)) < fraction)
-        if svrg.snapshot_due(state):
-            g = grad(w, everything)
-            state = svrg.take_snapshot(state, w, g)
-        else:
-            g = svrg.correct(grad(w, rows), grad(svrg.snapshot(state), rows), state)
+        _, g, state = svrg.step_gradient(w, state, evaluate, step)
         w, state = svrg.update(w, g, state, 0.3, 0.0)
-        sgd = sgd - 0.3 * svrg.inverse_curvature * grad(sgd, rows)
+        sgd = sgd - 0.3 * svrg.inverse_curvature * grad(sgd, batch(step))
     np.testing.assert_allclose(w, solution, atol=1e-8)
     assert np.max(np.abs(sgd - solution)) > 1e-3

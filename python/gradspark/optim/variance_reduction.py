@@ -29,20 +29,20 @@ so checkpoints and continued fits carry them as they carry Adam's moments.
 from __future__ import annotations
 
 import math
-from typing import Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
 from gradspark.optim.proximal import proximal_step
 
 State = Dict[str, np.ndarray]
+Evaluate = Callable[[np.ndarray, Optional[int]], Tuple[float, np.ndarray]]
 SNAPSHOT, FULL_GRADIENT, UPDATES = "snapshot", "full_gradient", "t"
 
 
 class SVRG:
-    """``init``/``update`` as the other optimizers, plus what the trainer asks between
-    them: :meth:`snapshot_due` (evaluate the full gradient instead of a batch),
-    :meth:`take_snapshot`, :meth:`snapshot` and :meth:`correct`."""
+    """``init``/``update`` as the other optimizers; the trainer gets each update's gradient
+    from :meth:`step_gradient`, which decides what to evaluate."""
 
     def __init__(self, curvature: np.ndarray, updates_per_pass: int) -> None:
         if updates_per_pass < 1:
@@ -65,18 +65,19 @@ class SVRG:
         t, p = int(state[UPDATES][0]), self.updates_per_pass
         return t == 0 or (t >= p and (t - p) % (2 * p) == 0)
 
-    def take_snapshot(self, state: State, theta: np.ndarray, full_gradient: np.ndarray) -> State:
-        return {**state, SNAPSHOT: theta.copy(), FULL_GRADIENT: full_gradient}
-
-    def snapshot(self, state: State) -> np.ndarray:
-        return state[SNAPSHOT]
-
-    def correct(self, batch_gradient: np.ndarray, at_snapshot: np.ndarray,
-                state: State) -> np.ndarray:
-        """The variance-reduced gradient from the batch's gradients at theta and at the
-        snapshot (the smooth objective's: data plus L2, so the L2 terms combine to
-        ``l2 * theta``)."""
-        return batch_gradient - at_snapshot + state[FULL_GRADIENT]
+    def step_gradient(self, theta: np.ndarray, state: State, evaluate: Evaluate,
+                      step: int) -> Tuple[float, np.ndarray, State]:
+        """``(value, gradient, state)`` of update ``step``. ``evaluate(weights, step)`` is the
+        smooth objective (data plus L2) and its gradient on the batch of ``step``, or on
+        every row when ``step`` is None. At a snapshot: every row, kept as the snapshot.
+        Otherwise the batch's gradient, less the same batch's at the snapshot, plus the
+        snapshot's full gradient (the L2 terms combine to ``l2 * theta``)."""
+        if self.snapshot_due(state):
+            value, grad = evaluate(theta, None)
+            return value, grad, {**state, SNAPSHOT: theta.copy(), FULL_GRADIENT: grad}
+        value, grad = evaluate(theta, step)
+        _, at_snapshot = evaluate(state[SNAPSHOT], step)  # the same rows
+        return value, grad - at_snapshot + state[FULL_GRADIENT], state
 
     def update(self, theta, grad, state: State, lr: float, l1) -> Tuple[np.ndarray, State]:
         """A proximal step of ``lr / h_j`` per coordinate along ``grad`` (the corrected

@@ -200,16 +200,11 @@ def _lbfgs(objective, theta0, config, progress, checkpoints, resumed,
 
 def _step_gradient(objective: LinearObjective, optimizer, theta: np.ndarray, step: int,
                    state: Dict[str, np.ndarray]):
-    """``(value, gradient, state)`` of one update: the mini-batch of ``step``; for SVRG the
-    full batch at a snapshot (which it keeps), else its corrected batch gradient."""
-    if not isinstance(optimizer, SVRG):
-        return (*objective.smooth(theta, step), state)
-    if optimizer.snapshot_due(state):
-        value, grad = objective.smooth(theta)
-        return value, grad, optimizer.take_snapshot(state, theta, grad)
-    value, grad = objective.smooth(theta, step)
-    _, at_snapshot = objective.smooth(optimizer.snapshot(state), step)  # the same rows
-    return value, optimizer.correct(grad, at_snapshot, state), state
+    """``(value, gradient, state)`` of one update: the mini-batch of ``step``, or what SVRG
+    asks to evaluate (its snapshots and corrections)."""
+    if isinstance(optimizer, SVRG):
+        return optimizer.step_gradient(theta, state, objective.smooth, step)
+    return (*objective.smooth(theta, step), state)
 
 
 def _first_order(objective, theta, config, progress, checkpoints, resumed,
