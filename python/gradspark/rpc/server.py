@@ -122,6 +122,7 @@ class ParameterServer:
         self.refused_connections = 0
         self.traffic = Traffic()
         self.closed = False
+        self._closing = threading.Event()
         self._lock = threading.Lock()
         self._connections: Dict[int, socket.socket] = {}
         self._pending: Dict[int, Tuple[socket.socket, float]] = {}  # id -> (conn, deadline)
@@ -148,6 +149,7 @@ class ParameterServer:
         if self.closed:
             return
         self.closed = True
+        self._closing.set()  # wakes the reaper now, not at its next tick
         try:
             self._listener.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -218,8 +220,7 @@ class ParameterServer:
     def _reap(self) -> None:
         """Enforce the whole-handshake deadline of every pending connection."""
         tick = min(0.5, self.handshake_timeout / 4)
-        while not self.closed:
-            time.sleep(tick)
+        while not self._closing.wait(tick):
             now = time.monotonic()
             with self._lock:
                 for key in [k for k, (_, deadline) in self._pending.items() if deadline < now]:
