@@ -74,8 +74,10 @@ class Encoded:
 def encode_exact(vector: np.ndarray) -> Encoded:
     """Lossless: sparse (12 bytes per non-zero) when that beats dense (8 per value)."""
     vector = np.asarray(vector, dtype=np.float64)
-    nonzero = np.flatnonzero(vector)
-    if 12 * nonzero.size < 8 * vector.size:
+    # Counting first: a full-batch answer is mostly non-zero, and counting is several
+    # times cheaper than listing (0.5 against 3 ms at 853,125 values).
+    if 12 * np.count_nonzero(vector) < 8 * vector.size:
+        nonzero = np.flatnonzero(vector)
         return Encoded(vector.size, vector[nonzero].astype(F64), nonzero.astype(INDEX))
     return Encoded(vector.size, vector.astype(F64, copy=False))
 
