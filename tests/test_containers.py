@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import uuid
 
 import pytest
@@ -36,8 +37,9 @@ ENGINE = ["podman", "--runtime", "runc"]
 LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 LABEL = "io.gradspark.test=containers"
 FREE_GB = 5
-DEPENDENCIES = ["pyspark>=4.0,<5", "numpy>=1.24", "pandas>=2.0,<3", "pyarrow>=14",
-                "scipy>=1.10", "cryptography>=42"]
+with open(os.path.join(REPO, "pyproject.toml"), "rb") as _pyproject:
+    # The wheel's own requirements: the image installs it with --no-index.
+    DEPENDENCIES = tomllib.load(_pyproject)["project"]["dependencies"]
 
 
 def _unavailable():

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from gradspark.comm.compression import Compression
 from gradspark.data.frames import FrameTrainingData
@@ -81,7 +82,25 @@ def python_job_engine(data, loss: Loss, depth: int, compression: Compression = C
 def train(plan: FitPlan, objective: LinearObjective, theta0: np.ndarray, data, engine,
           checkpoints, start=None, held_out: Optional[LinearObjective] = None,
           validation_tol: float = 0.0) -> TrainingResult:
-    """Run the plan's trainer from ``theta0`` (or ``start``, a state to continue)."""
+    """Run the plan's trainer from ``theta0`` (or ``start``, a state to continue).
+
+    The driver's BLAS runs on one thread meanwhile. Its work between two
+    evaluations (L-BFGS's two-loop, the objective's vector arithmetic) is a few
+    passes over feature-sized vectors, bound by memory bandwidth, and OpenBLAS's
+    threads keep spinning after each call: on a machine whose cores the executors
+    share (``local[N]``, or a driver on a worker node) they took those cores from
+    the workers. Measured on 200,000 rows at 2^20 features, resident L-BFGS on
+    ``local[2]``: 4.30 s a fit against 5.91 s, and the two-loop itself 26 against
+    30 ms (medians of 4 fits each, alternating, one session).
+    """
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _train(plan, objective, theta0, data, engine, checkpoints, start, held_out,
+                      validation_tol)
+
+
+def _train(plan: FitPlan, objective: LinearObjective, theta0: np.ndarray, data, engine,
+           checkpoints, start, held_out: Optional[LinearObjective],
+           validation_tol: float) -> TrainingResult:
     config = plan.config
     if plan.trainer == "sharded":
         return train_sharded(objective, theta0, config, data.block_source(),
