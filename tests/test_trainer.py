@@ -2,6 +2,7 @@
 
 import io
 import logging
+import threading
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from gradspark.estimators.base import regularization_vectors
 from gradspark.losses import HuberLoss, MultinomialLogisticLoss
 from gradspark.trainer import LinearObjective
 from gradspark.integrations.progress import Progress
+from gradspark.fit.driver_blas import single_threaded_blas
+from threadpoolctl import threadpool_info
 
 
 def _objective(data, loss, k, fit_intercept, depth=2, fraction=1.0):
@@ -100,6 +103,73 @@ def test_fit_releases_its_cached_blocks(spark, classification_data):
     df = classification_data[0]
     SGDLogisticRegression(maxIter=5).fit(df)
     assert gradspark_cached_rdds(spark) == []
+
+
+def _blas_threads():
+    return sorted({pool["num_threads"] for pool in threadpool_info()
+                   if pool["user_api"] == "blas"})
+
+
+class _StepThreads(logging.Handler):
+    """Records the driver's BLAS threads each time a step's loss is logged."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.seen = []
+
+    def emit(self, record):
+        if " step " in record.getMessage():
+            self.seen.append(_blas_threads())
+
+
+def _process_blas_threads():
+    """The BLAS threads this process has on its own (the fits must give them back)."""
+    threads = _blas_threads()
+    if threads == [1]:
+        pytest.skip("BLAS runs on one thread here already: nothing to limit or restore")
+    return threads
+
+
+def test_the_driver_trains_with_one_blas_thread_and_restores_its_own(classification_data):
+    df = classification_data[0]
+    own = _process_blas_threads()
+    handler = _StepThreads()
+    trainer = logging.getLogger("gradspark.trainer")
+    trainer.addHandler(handler)
+    previous = trainer.level
+    trainer.setLevel(logging.INFO)
+    try:
+        SGDLogisticRegression(maxIter=3).fit(df)
+    finally:
+        trainer.removeHandler(handler)
+        trainer.setLevel(previous)
+    assert handler.seen and all(threads == [1] for threads in handler.seen)
+    assert _blas_threads() == own
+
+
+def test_fits_in_threads_leave_the_process_blas_threads_as_they_were(classification_data):
+    own = _process_blas_threads()
+    first_in, second_in, checked = threading.Event(), threading.Event(), threading.Event()
+    inside = []
+
+    def fit(enter, wait_for):
+        with single_threaded_blas():
+            enter.set()
+            wait_for.wait(10)
+            inside.append(_blas_threads())
+
+    first = threading.Thread(target=fit, args=(first_in, second_in))
+    first.start()
+    assert first_in.wait(10)
+    second = threading.Thread(target=fit, args=(second_in, checked))  # ends last
+    second.start()
+    first.join(10)
+    checked.set()
+    second.join(10)
+    assert inside == [own, own]  # overlapping fits off the main thread do not limit
+    assert _blas_threads() == own
+    # ... and leave no thread in control: a fit on the main thread still limits
+    test_the_driver_trains_with_one_blas_thread_and_restores_its_own(classification_data)
 
 
 class _Console(io.StringIO):

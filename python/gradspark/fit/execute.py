@@ -13,7 +13,6 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from gradspark.comm.compression import Compression
 from gradspark.data.frames import FrameTrainingData
@@ -21,6 +20,7 @@ from gradspark.engine.frame_jobs import FrameGradientEngine
 from gradspark.engine.jvm import JvmGradientEngine
 from gradspark.engine.python import PythonGradientEngine
 from gradspark.engine.resident import ResidentGradientEngine
+from gradspark.fit.driver_blas import single_threaded_blas
 from gradspark.fit.plan import FitPlan
 from gradspark.losses import Loss
 from gradspark.trainer import LinearObjective, TrainingResult, train_async, train_sync
@@ -82,18 +82,9 @@ def python_job_engine(data, loss: Loss, depth: int, compression: Compression = C
 def train(plan: FitPlan, objective: LinearObjective, theta0: np.ndarray, data, engine,
           checkpoints, start=None, held_out: Optional[LinearObjective] = None,
           validation_tol: float = 0.0) -> TrainingResult:
-    """Run the plan's trainer from ``theta0`` (or ``start``, a state to continue).
-
-    The driver's BLAS runs on one thread meanwhile. Its work between two
-    evaluations (L-BFGS's two-loop, the objective's vector arithmetic) is a few
-    passes over feature-sized vectors, bound by memory bandwidth, and OpenBLAS's
-    threads keep spinning after each call: on a machine whose cores the executors
-    share (``local[N]``, or a driver on a worker node) they took those cores from
-    the workers. Measured on 200,000 rows at 2^20 features, resident L-BFGS on
-    ``local[2]``: 4.30 s a fit against 5.91 s, and the two-loop itself 26 against
-    30 ms (medians of 4 fits each, alternating, one session).
-    """
-    with threadpool_limits(limits=1, user_api="blas"):
+    """Run the plan's trainer from ``theta0`` (or ``start``, a state to continue), with
+    the driver's BLAS on one thread (:mod:`gradspark.fit.driver_blas` says why)."""
+    with single_threaded_blas():
         return _train(plan, objective, theta0, data, engine, checkpoints, start, held_out,
                       validation_tol)
 
