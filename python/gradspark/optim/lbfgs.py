@@ -198,9 +198,9 @@ def minimize_lbfgs(
             if np.array_equal(seen["z"], z):
                 last.clear()
                 last.update(seen)
-                return seen["value"], seen["grad"].copy()
+                return seen["value"], seen["grad"]
         value, grad = smooth(unpack(z))
-        smooth_grad = np.asarray(grad, dtype=np.float64).copy()
+        smooth_grad = np.array(grad, dtype=np.float64)
         value += float(weights @ (z[split] + z[n:]))
         if len(split):
             g = np.empty_like(z)
@@ -208,9 +208,13 @@ def minimize_lbfgs(
             g[split] += weights
             g[n:] = -grad[split] + weights
         else:
-            g = np.asarray(grad, dtype=np.float64)
+            g = smooth_grad
+        # Kept (the convergence test, the recent evaluations) and returned without a
+        # copy: read-only, so a caller that changed them would fail loudly.
+        smooth_grad.flags.writeable = False
+        g.flags.writeable = False
         last.clear()
-        last.update(z=z.copy(), value=value, grad=g.copy(), smooth_grad=smooth_grad)
+        last.update(z=z.copy(), value=value, grad=g, smooth_grad=smooth_grad)
         recent.append(dict(last))
         del recent[:-3]
         return value, g
@@ -238,7 +242,8 @@ def minimize_lbfgs(
     stopped: List[bool] = []
     # Without L1 or bounds the stationarity gradient is the gradient: skip its five
     # d-sized passes per iteration (0.3-0.4 s of a 20-iteration fit at 2^20 features).
-    plain = upper is None and len(split) == 0 and not np.isfinite(lower).any()
+    plain = (len(split) == 0 and not np.isfinite(lower).any()
+             and (upper is None or not np.isfinite(upper).any()))
 
     def callback(intermediate_result):
         history.append(float(intermediate_result.fun))
