@@ -26,10 +26,6 @@ from gradspark.trainer.step_book import StepBook
 logger = logging.getLogger(__name__)
 
 
-
-
-
-
 def train_sync(
     objective: LinearObjective,
     theta0: np.ndarray,
