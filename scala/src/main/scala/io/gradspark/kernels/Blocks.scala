@@ -321,16 +321,28 @@ final class EncodeBlockFunction extends (Block => Array[Byte]) with Serializable
     val buf = java.nio.ByteBuffer.allocate(size).order(java.nio.ByteOrder.LITTLE_ENDIAN)
     buf.putLong(if (b.isSparse) 1L else 0L).putLong(n).putLong(b.numCols).putLong(nnz)
       .putLong(b.firstRow)
-    b.labels.foreach(buf.putDouble)
-    b.weights.foreach(buf.putDouble)
+    // Bulk puts through typed views (which keep the buffer's byte order): an element
+    // at a time through `foreach(buf.putDouble)` boxed every value, and the resident
+    // workers' load waited on this encoding.
+    putDoubles(buf, b.labels, n)
+    putDoubles(buf, b.weights, n)
     if (b.isSparse) {
-      b.indptr.foreach(p => buf.putLong(p.toLong))
-      b.indices.foreach(buf.putInt)
-      b.values.foreach(buf.putDouble)
+      val pointers = buf.asLongBuffer()
+      var i = 0
+      while (i <= n) { pointers.put(b.indptr(i).toLong); i += 1 }
+      buf.position(buf.position() + 8 * (n + 1))
+      buf.asIntBuffer().put(b.indices, 0, nnz)
+      buf.position(buf.position() + 4 * nnz)
+      putDoubles(buf, b.values, nnz)
     } else {
       buf.asDoubleBuffer().put(b.dense)
     }
     buf.array()
+  }
+
+  private def putDoubles(buf: java.nio.ByteBuffer, values: Array[Double], count: Int): Unit = {
+    buf.asDoubleBuffer().put(values, 0, count)
+    buf.position(buf.position() + 8 * count)
   }
 }
 
