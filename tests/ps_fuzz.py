@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from gradspark.rpc import ParameterClient, ProtocolError
-from gradspark.rpc.wire import HEADER, MAGIC, VERSION, Kind, tag
+from gradspark.rpc.wire import HEADER, MAGIC, VERSION, Kind
 
 
 def send_raw(server, data: bytes) -> bytes:
@@ -34,8 +34,8 @@ def fuzz(server, seconds: float, seed: int, sent: list) -> None:
                 client = ParameterClient(server.address, server.secret, int(g.integers(2)))
                 channel = client.channel
                 header = HEADER.pack(MAGIC, VERSION, int(Kind.PULL), 0, 0)
-                mac = bytearray(tag(channel.key, channel.context, channel.sent, header, b""))
-                mac[int(g.integers(32))] ^= 1 << int(g.integers(8))
+                mac = bytearray(channel.next_tag(header, b""))
+                mac[int(g.integers(len(mac)))] ^= 1 << int(g.integers(8))
                 client.sock.sendall(header + bytes(mac))
                 client.sock.recv(1024)
                 client.close()

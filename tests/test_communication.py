@@ -19,11 +19,12 @@ from gradspark.comm.compression import (
     Compression, ErrorFeedback, encode_exact, encode_fp16, encode_topk,
 )
 from gradspark.testing.faults import ENVIRONMENT_VARIABLE
-from gradspark.rpc.wire import FIELDS, HEADER, TAG_SIZE, Channel, Kind, ProtocolError
+from gradspark.rpc.wire import (FIELDS, HEADER, SESSION_TAG_SIZE, Channel, Kind,
+                                 ProtocolError)
 from conftest import make_df
 
 LOOPBACK = dict(parameterServerHost="127.0.0.1")
-PUSH_OVERHEAD = HEADER.size + FIELDS[Kind.PUSH].size + TAG_SIZE  # bytes around the array
+PUSH_OVERHEAD = HEADER.size + FIELDS[Kind.PUSH].size + SESSION_TAG_SIZE  # around the array
 
 
 # -- compressors -----------------------------------------------------------------------
@@ -90,9 +91,13 @@ def test_compression_params_are_checked():
 
 
 def _pair():
+    """A worker's channel and the server's, past the handshake (GMAC-tagged frames)."""
     a, b = socket.socketpair()
     key = b"k" * 32
-    return Channel(a, key, 1 << 20), Channel(b, key, 1 << 20)
+    worker, server = Channel(a, key, 1 << 20), Channel(b, key, 1 << 20)
+    worker.authenticate(server=False)
+    server.authenticate(server=True)
+    return worker, server
 
 
 def test_encoded_frames_round_trip_and_are_counted():

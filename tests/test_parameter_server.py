@@ -21,7 +21,8 @@ from wiretap import Wiretap, plaintext_frames, values_seen
 from gradspark.losses import SquaredLoss
 from gradspark.rpc import ParameterClient, ParameterServer, ProtocolError
 from gradspark.trainer.clock import StalenessClock
-from gradspark.rpc.wire import FIELDS, HEADER, MAGIC, TAG_SIZE, VERSION, Channel, Kind, tag
+from gradspark.rpc.wire import (FIELDS, HEADER, MAGIC, SESSION_TAG_SIZE, TAG_SIZE, TAGGING_KEYS,
+                                 VERSION, Channel, Kind, direction_keys, session_tag, tag)
 from gradspark.engine.worker_step import WorkerStep
 from gradspark.trainer.asynchronous import AsyncConfig, AsyncTraining, run_worker
 from gradspark.trainer.objective import LinearObjective
@@ -117,6 +118,38 @@ def test_a_frame_sent_from_views_is_the_documented_frame_and_is_read_in_place():
         message = Channel(b, key, limit=1 << 20).recv()
     assert message.fields == fields and np.array_equal(message.array, vector[::2])
     assert message.array.flags.aligned and message.array.flags.writeable
+
+
+def test_frames_after_the_handshake_carry_the_documented_gmac():
+    """Past the handshake a frame in clear ends with a 16-byte GMAC under the sending
+    direction's key (HKDF of the session key) with the sequence number as nonce; the
+    other end checks it, and refuses the same frame under the other direction's key."""
+    key = bytes(range(32))
+    vector = np.random.default_rng(1).normal(size=3001)
+    fields = (5, 9, 0)
+    a, b = socket.socketpair()
+    with a, b:
+        server, worker = Channel(a, key, 1 << 20), Channel(b, key, 1 << 20)
+        server.authenticate(server=True)
+        worker.authenticate(server=False)
+        server.send(Kind.WEIGHTS, fields, vector)
+        size = HEADER.size + FIELDS[Kind.WEIGHTS].size + vector.nbytes + SESSION_TAG_SIZE
+        raw = b""
+        while len(raw) < size:
+            raw += b.recv(size - len(raw))
+        header, payload = raw[:HEADER.size], raw[HEADER.size:-SESSION_TAG_SIZE]
+        assert HEADER.unpack(header) == (MAGIC, VERSION, int(Kind.WEIGHTS), 1, len(payload))
+        _, to_worker = direction_keys(key, TAGGING_KEYS)
+        assert raw[-SESSION_TAG_SIZE:] == session_tag(to_worker, b"", 0, header, payload)
+        assert raw[-SESSION_TAG_SIZE:] != tag(key, b"", 0, header, payload)[:SESSION_TAG_SIZE]
+        worker.received += 1  # the first frame was read raw above
+        server.send(Kind.WEIGHTS, fields, vector)
+        assert np.array_equal(worker.recv().array, vector)  # the second frame, checked
+        # The worker's own key would have tagged it differently: a reflected frame fails.
+        worker.sock.sendall(raw[:-SESSION_TAG_SIZE]
+                            + session_tag(to_worker, b"", 0, header, payload))
+        with pytest.raises(ProtocolError, match="bad tag"):
+            server.recv()
 
 
 @pytest.mark.parametrize("staleness, tolerance", [(0, 1e-6), (2, 1e-3)])

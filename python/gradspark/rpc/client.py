@@ -63,6 +63,8 @@ class ParameterClient:
         channel.key = session_key(secret, server_nonce, client_nonce)
         if flags & ENCRYPTED:  # the challenge is tagged with the secret: no one else says so
             channel.encrypt(server=False)
+        else:
+            channel.authenticate(server=False)
         welcome = channel.expect(Kind.WELCOME)
         start, size = welcome.fields
         channel.limit = FIELDS[Kind.WEIGHTS].size + 8 * size

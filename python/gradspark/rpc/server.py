@@ -327,5 +327,7 @@ class ParameterServer:
         channel.key = session_key(self.secret, server_nonce, client_nonce)
         if self.encrypted:
             channel.encrypt(server=True)
+        else:
+            channel.authenticate(server=True)
         channel.limit = self.limit
         return worker, attempt
