@@ -1,4 +1,5 @@
-"""The distributed objective's gradient, tree aggregation, progress and logging."""
+"""The distributed objective's gradient, tree aggregation, progress and logging, and the
+driver's BLAS threads while it trains."""
 
 import io
 import logging
@@ -6,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info
 
 from conftest import gradspark_cached_rdds
 from gradspark import SGDLogisticRegression
@@ -15,9 +17,8 @@ from gradspark.engine import PythonGradientEngine
 from gradspark.estimators.base import regularization_vectors
 from gradspark.losses import HuberLoss, MultinomialLogisticLoss
 from gradspark.trainer import LinearObjective
-from gradspark.integrations.progress import Progress
 from gradspark.fit.driver_blas import single_threaded_blas
-from threadpoolctl import threadpool_info
+from gradspark.integrations.progress import Progress
 
 
 def _objective(data, loss, k, fit_intercept, depth=2, fraction=1.0):

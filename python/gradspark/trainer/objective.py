@@ -248,7 +248,7 @@ class LinearObjective:
         return value + 0.5 * float(self.l2 @ theta**2), grad + self.l2 * theta
 
     def _add_l2_into(self, theta: np.ndarray, value: float, grad: np.ndarray):
-        """:meth:`add_l2` into ``grad``, a fresh array of the data term's (same sums)."""
+        """:meth:`add_l2`, adding into ``grad`` (the data term's own fresh array)."""
         grad += self.l2 * theta
         return value + 0.5 * float(self.l2 @ theta**2), grad
 
