@@ -21,8 +21,9 @@ from wiretap import Wiretap, plaintext_frames, values_seen
 from gradspark.losses import SquaredLoss
 from gradspark.rpc import ParameterClient, ParameterServer, ProtocolError
 from gradspark.trainer.clock import StalenessClock
-from gradspark.rpc.wire import (FIELDS, HEADER, MAGIC, SESSION_TAG_SIZE, TAG_SIZE, TAGGING_KEYS,
-                                 VERSION, Channel, Kind, direction_keys, session_tag, tag)
+from gradspark.rpc.frame_tags import TAGGING_KEYS, direction_keys, session_tag, tag
+from gradspark.rpc.wire import (FIELDS, HEADER, MAGIC, SESSION_TAG_SIZE, TAG_SIZE, VERSION,
+                                 Channel, Kind)
 from gradspark.engine.worker_step import WorkerStep
 from gradspark.trainer.asynchronous import AsyncConfig, AsyncTraining, run_worker
 from gradspark.trainer.objective import LinearObjective

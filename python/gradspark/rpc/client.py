@@ -10,8 +10,9 @@ from typing import NamedTuple, Optional, Tuple, Union
 import numpy as np
 
 from gradspark.comm.compression import Encoded
+from gradspark.rpc.frame_tags import session_key
 from gradspark.rpc.wire import (
-    ENCRYPTED, FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, keep_alive, session_key,
+    ENCRYPTED, FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, keep_alive,
 )
 
 

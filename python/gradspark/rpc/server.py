@@ -21,10 +21,11 @@ from typing import Dict, Optional, Protocol, Tuple
 import numpy as np
 
 from gradspark.comm.traffic import Traffic
+from gradspark.rpc.frame_tags import session_key
 from gradspark.rpc.security import warn_if_plaintext
 from gradspark.rpc.wire import (
     ENCRYPTED, FIELDS, HANDSHAKE_LIMIT, NONCE_SIZE, Channel, Kind, ProtocolError,
-    keep_alive, session_key,
+    keep_alive,
 )
 
 logger = logging.getLogger(__name__)

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
 import hmac
 import socket
 import struct
@@ -57,6 +56,7 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 
 from gradspark.comm.compression import F16, F32, F64, INDEX, Encoded
+from gradspark.rpc.frame_tags import TAGGING_KEYS, direction_keys, nonce, session_tag, tag
 
 MAGIC = b"GSPS"
 VERSION = 3  # 2: the CHALLENGE's flags, sealed frames; 3: GMAC after the handshake
@@ -199,34 +199,6 @@ def decode_array(code: int, body: bytes, kind: "Kind"):
     return values.astype(np.float64, copy=not aligned)
 
 
-def tag(key: bytes, context: bytes, sequence: int, header: bytes, *payload) -> bytes:
-    """The HMAC of a frame; ``payload`` may come in parts (the same tag as joined)."""
-    mac = hmac.new(key, context, hashlib.sha256)
-    mac.update(sequence.to_bytes(8, "big"))
-    mac.update(header)
-    for part in payload:
-        mac.update(part)
-    return mac.digest()
-
-
-def session_tag(key: bytes, context: bytes, sequence: int, header: bytes, *payload) -> bytes:
-    """The GMAC of a frame after the handshake (AES-256-GCM with the frame as associated
-    data and no plaintext; ``key`` is the sending direction's): ``payload`` may come in
-    parts (the same tag as joined)."""
-    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-
-    mac = Cipher(algorithms.AES(key), modes.GCM(_nonce(sequence))).encryptor()
-    for part in (context, header, *payload):
-        if len(part):
-            mac.authenticate_additional_data(memoryview(part).cast("B"))
-    mac.finalize()
-    return mac.tag
-
-
-def session_key(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
-    return hmac.new(secret, server_nonce + client_nonce, hashlib.sha256).digest()
-
-
 def keep_alive(sock: socket.socket, idle: int = 30, interval: int = 10, count: int = 3) -> None:
     """TCP keepalive: a peer that vanishes without closing (a host lost, a partition)
     breaks the connection after ``idle + interval * count`` s of silence, where a
@@ -236,25 +208,6 @@ def keep_alive(sock: socket.socket, idle: int = 30, interval: int = 10, count: i
                           ("TCP_KEEPCNT", count)):
         if hasattr(socket, option):  # Linux; elsewhere the system's defaults
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
-
-
-def direction_keys(key: bytes, info: bytes = b"gradspark-ps aes-256-gcm v2"
-                   ) -> Tuple[bytes, bytes]:
-    """(client-to-server, server-to-client) AES-256 keys of a session key: one key per
-    direction, so the two directions' sequence numbers never share a nonce. ``info``
-    keeps the sealing keys apart from the tagging ones."""
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
-    both = HKDF(algorithm=hashes.SHA256(), length=64, salt=None, info=info).derive(key)
-    return both[:32], both[32:]
-
-
-TAGGING_KEYS = b"gradspark-ps gmac v3"
-
-
-def _nonce(sequence: int) -> bytes:
-    return bytes(4) + sequence.to_bytes(8, "big")
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytearray:
@@ -341,7 +294,7 @@ class Channel:
         header = HEADER.pack(MAGIC, VERSION, int(kind), dtype,
                              sum(len(part) for part in payload))
         if self._seal is not None:  # ciphertext, then its tag
-            frame = [header, self._seal.encrypt(_nonce(self.sent), b"".join(payload),
+            frame = [header, self._seal.encrypt(nonce(self.sent), b"".join(payload),
                                                 self.context + header)]
         else:
             frame = [header, *payload, self.next_tag(header, *payload)]
@@ -365,7 +318,7 @@ class Channel:
         if self._open is not None:
             sealed = _recv_exactly(self.sock, length + SEAL_SIZE)
             try:
-                payload = self._open.decrypt(_nonce(self.received), sealed,
+                payload = self._open.decrypt(nonce(self.received), sealed,
                                              self.context + header)
             except InvalidTag:
                 raise ProtocolError("authentication failed (bad tag)") from None
