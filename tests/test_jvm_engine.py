@@ -131,6 +131,46 @@ def test_wide_sparse_sums_match_closed_form(spark, num_features):
     assert ours.count == n and ours.weight_sum == pytest.approx(w.sum(), rel=1e-12)
 
 
+def assert_blocks_equal(a, b):
+    assert a.first_row == b.first_row
+    assert sp.issparse(a.features) == sp.issparse(b.features)
+    if sp.issparse(a.features):
+        np.testing.assert_array_equal(a.features.indptr, b.features.indptr)
+        np.testing.assert_array_equal(a.features.indices, b.features.indices)
+        np.testing.assert_array_equal(a.features.data, b.features.data)
+    else:
+        np.testing.assert_array_equal(a.features, b.features)
+    np.testing.assert_array_equal(a.labels, b.labels)
+    np.testing.assert_array_equal(a.weights, b.weights)
+
+
+@pytest.mark.parametrize("layout", ["dense", "sparse"])
+def test_long_running_workers_read_every_block_once_tagged_with_its_partition(frames, layout):
+    """The resident/async workers' source (raw JVM bytes, coalesced in the JVM): 3 input
+    partitions on 2 task slots reach 2 workers, each block exactly once, with the
+    partition it came from (mini-batch seeds depend on it) and the numpy path's values."""
+    df = frames[layout]
+    with JvmTrainingData(df, "features", "multi", "weight", CLASS_INDEX, 40, 2) as jvm_data, \
+            NumpyTrainingData(df, "features", "multi", "weight", CLASS_INDEX, 40, 2) as py_data:
+        source = jvm_data.block_source()
+
+        def held(worker, tagged):
+            for partition, block in tagged:
+                yield worker, partition, block
+
+        plain = source.run(held, "test")
+        ref = py_data.blocks.glom().collect()
+    assert source.num_workers() == 2 and len(ref) == 3
+    assert {worker for worker, _, _ in plain} == {0, 1}
+    for partition, blocks in enumerate(ref):
+        ours = [(w, b) for w, p, b in plain if p == partition]
+        assert len({w for w, _ in ours}) == 1, "a partition is split between workers"
+        assert len(ours) == len(blocks)
+        for (_, a), b in zip(ours, blocks):
+            assert_blocks_equal(a, b)
+    assert len(plain) == sum(len(blocks) for blocks in ref)
+
+
 @pytest.mark.parametrize("layout", ["dense", "sparse"])
 def test_statistics_and_blocks_match_python(frames, layout):
     df = frames[layout]
@@ -144,18 +184,8 @@ def test_statistics_and_blocks_match_python(frames, layout):
         ref = py_data.blocks.glom().collect()
     assert [len(p) for p in ours] == [len(p) for p in ref]
     for a, b in zip(sum(ours, []), sum(ref, [])):
-        assert a.first_row == b.first_row
-        assert sp.issparse(a.features) == sp.issparse(b.features) == (layout == "sparse")
-        if sp.issparse(a.features):
-            np.testing.assert_array_equal(a.features.indptr, b.features.indptr)
-            np.testing.assert_array_equal(a.features.indices, b.features.indices)
-            np.testing.assert_array_equal(a.features.data, b.features.data)
-        np.testing.assert_array_equal(np.asarray(a.features.todense() if sp.issparse(a.features)
-                                                 else a.features),
-                                      np.asarray(b.features.todense() if sp.issparse(b.features)
-                                                 else b.features))
-        np.testing.assert_array_equal(a.labels, b.labels)
-        np.testing.assert_array_equal(a.weights, b.weights)
+        assert sp.issparse(a.features) == (layout == "sparse")
+        assert_blocks_equal(a, b)
 
 
 def test_dense_enough_sparse_rows_become_dense_blocks(spark, sparse_data):

@@ -32,11 +32,13 @@ def encode_block(block: Block) -> bytes:
     return b"".join(parts)
 
 
-def decode_block(data: bytes) -> Block:
-    """A block from :func:`encode_block`'s (or the Scala encoder's) bytes."""
+def decode_block(data: bytes, start: int = 0) -> Block:
+    """A block from :func:`encode_block`'s (or the Scala encoder's) bytes, which begin
+    at ``start`` in ``data``."""
     data = bytes(data)
-    kind, n, d, nnz, first_row = (int(v) for v in np.frombuffer(data, dtype="<i8", count=5))
-    pos = 40
+    kind, n, d, nnz, first_row = (
+        int(v) for v in np.frombuffer(data, dtype="<i8", count=5, offset=start))
+    pos = start + 40
     labels = np.frombuffer(data, dtype="<f8", count=n, offset=pos).copy()
     pos += 8 * n
     weights = np.frombuffer(data, dtype="<f8", count=n, offset=pos).copy()

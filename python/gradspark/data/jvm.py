@@ -21,7 +21,7 @@ from gradspark.data.dataset import cached_bytes, trainable
 from gradspark.data.statistics import DataStatistics, Moments
 from gradspark.data.validation import check_schema, feature_vector_size, raising_data_errors
 from gradspark.jvm.loader import call_for_doubles, call_with_file, load_kernels
-from gradspark.stages.sources import FrameBlocks
+from gradspark.stages.sources import FrameBlocks, TaggedByteBlocks
 from gradspark.data.training import TrainingData
 
 logger = logging.getLogger(__name__)
@@ -170,8 +170,11 @@ class JvmTrainingData(TrainingData):
         return self._python_blocks
 
     def block_source(self):
-        """Where long-running workers read the blocks: Arrow batches of :meth:`block_frame`."""
-        return FrameBlocks(self.block_frame(), decode_block)
+        """Where long-running workers read the blocks: the JVM's encodings as raw bytes,
+        or Arrow batches of :meth:`block_frame` for a barrier stage."""
+        return TaggedByteBlocks(self.blocks.taggedBinaryRdd, decode_block,
+                                self.spark.sparkContext, self.num_partitions,
+                                FrameBlocks(self.block_frame(), decode_block))
 
     @property
     def num_partitions(self) -> int:

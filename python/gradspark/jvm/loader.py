@@ -21,7 +21,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 ENTRY_CLASS = "io.gradspark.kernels.PythonEntry"
-KERNELS_VERSION = "5"  # PythonEntry.Version of the jar this module calls
+KERNELS_VERSION = "6"  # PythonEntry.Version of the jar this module calls
 
 _lock = threading.Lock()
 _loaded: dict = {}  # id of the JVM SparkContext -> (JavaSparkContext, entry object)

@@ -99,6 +99,48 @@ class FrameBlocks:
         return [tuple(row) for row in stage.collect()]
 
 
+class TaggedByteBlocks:
+    """Blocks from a JVM RDD of byte arrays: each is its input partition (one int64)
+    followed by the block's encoding, already in one partition per worker
+    (``JvmBlocks.taggedBinaryRdd``).
+
+    Plain stages read them through pyspark's ``NoOpSerializer``: no SQL plan and no
+    Arrow, and each block reaches its worker as soon as the JVM has encoded it,
+    where :class:`FrameBlocks` waits for an Arrow batch of a whole partition's
+    blocks. A barrier stage may not narrow partitions, so it reads
+    ``barrier_source`` (a :class:`FrameBlocks` of the same blocks) instead.
+    """
+
+    def __init__(self, tagged_bytes: Callable[[int], object], decode: Callable[..., "Block"],
+                 context, partitions: int, barrier_source: FrameBlocks) -> None:
+        self.tagged_bytes = tagged_bytes  # workers -> the JavaRDD of tagged encodings
+        self.decode = decode  # decode(data, start) -> Block
+        self.context = context
+        self.partitions = partitions
+        self.barrier_source = barrier_source
+
+    def num_workers(self) -> int:
+        return min(self.partitions, task_slots(self.context))
+
+    def run(self, task, purpose: str, barrier: bool = False) -> List[tuple]:
+        if barrier:
+            return self.barrier_source.run(task, purpose, barrier=True)
+        from pyspark.serializers import NoOpSerializer
+
+        workers = self.num_workers()
+        if self.partitions > workers:
+            logger.info("%s: %d partitions run as %d workers, one per task slot", purpose,
+                        self.partitions, workers)
+        decode = self.decode
+
+        def over_blocks(worker, items):
+            tagged = ((int.from_bytes(item[:8], "little"), decode(item, 8)) for item in items)
+            return task(worker, tagged)
+
+        encoded = RDD(self.tagged_bytes(workers), self.context, NoOpSerializer())
+        return [tuple(report) for report in encoded.mapPartitionsWithIndex(over_blocks).collect()]
+
+
 def worker_partitions(blocks: RDD, purpose: str, barrier: bool = False) -> RDD:
     """``(partition, block)`` pairs in at most one partition per task slot.
 

@@ -313,12 +313,17 @@ final class BlockifyFunction(
  * (nnz int32), values (nnz f64).
  */
 final class EncodeBlockFunction extends (Block => Array[Byte]) with Serializable {
-  def apply(b: Block): Array[Byte] = {
+  def apply(b: Block): Array[Byte] = encode(b, -1L)
+
+  /** The encoding, after one int64 `partition` when that is not negative. */
+  def encode(b: Block, partition: Long): Array[Byte] = {
     val n = b.numRows
     val nnz = if (b.isSparse) b.values.length else 0
-    val size = 5 * 8 + 2 * n * 8 +
+    val tag = if (partition >= 0) 8 else 0
+    val size = tag + 5 * 8 + 2 * n * 8 +
       (if (b.isSparse) (n + 1) * 8 + nnz * 4 + nnz * 8 else n * b.numCols * 8)
     val buf = java.nio.ByteBuffer.allocate(size).order(java.nio.ByteOrder.LITTLE_ENDIAN)
+    if (tag > 0) buf.putLong(partition)
     buf.putLong(if (b.isSparse) 1L else 0L).putLong(n).putLong(b.numCols).putLong(nnz)
       .putLong(b.firstRow)
     // Bulk puts through typed views (which keep the buffer's byte order): an element
@@ -349,6 +354,14 @@ final class EncodeBlockFunction extends (Block => Array[Byte]) with Serializable
 final class CompactBlockFunction(map: org.apache.spark.broadcast.Broadcast[Array[Int]],
     numActive: Int) extends (Block => Block) with Serializable {
   def apply(b: Block): Block = b.compact(map.value, numActive)
+}
+
+/** Each block as its partition index (int64) and its encoding (EncodeBlockFunction). */
+final class TaggedBlockBytesFunction
+    extends ((Int, Iterator[Block]) => Iterator[Array[Byte]]) with Serializable {
+  private val encode = new EncodeBlockFunction
+  def apply(partition: Int, blocks: Iterator[Block]): Iterator[Array[Byte]] =
+    blocks.map(b => encode.encode(b, partition.toLong))
 }
 
 final class BlockToRowFunction extends (Block => Row) with Serializable {

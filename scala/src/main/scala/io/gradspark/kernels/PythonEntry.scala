@@ -4,6 +4,7 @@ import java.nio.{ByteBuffer, ByteOrder}
 import java.nio.file.{Files, Paths}
 
 import org.apache.hadoop.fs.Path
+import org.apache.spark.api.java.JavaRDD
 import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{DataFrame, Dataset, Row, SparkSession}
@@ -19,8 +20,9 @@ import org.apache.spark.storage.StorageLevel
 object PythonEntry {
   /** What python checks before calling (gradspark.engine.jvm.KERNELS_VERSION): bump it
    *  whenever a signature python calls changes. 2: results go to a file. 3: the weights
-   *  come from a file too; JvmBlocks.compact. 4: JvmBlocks.localize. */
-  val Version = "5"
+   *  come from a file too; JvmBlocks.compact. 4: JvmBlocks.localize. 5: sparse statistics.
+   *  6: JvmBlocks.taggedBinaryRdd. */
+  val Version = "6"
 
   /** Validated blocks of df, cached MEMORY_AND_DISK (not yet computed: call statistics). */
   def blockify(
@@ -145,6 +147,16 @@ final class JvmBlocks(
   def binaryFrame(): DataFrame = {
     val schema = StructType(Seq(StructField("block", BinaryType, nullable = false)))
     spark.createDataFrame(rdd.map(new BlockToRowFunction), schema)
+  }
+
+  /** The blocks for long-running Python workers: each one's partition index (int64)
+   *  then its encoding (TaggedBlockBytesFunction), in at most `workers` partitions
+   *  (coalesced here, in the JVM, so that one Python worker per task reads them).
+   *  A pyspark RDD with a NoOpSerializer gets each block as soon as it is encoded;
+   *  binaryFrame's Arrow batches wait for a whole partition's blocks. */
+  def taggedBinaryRdd(workers: Int): JavaRDD[Array[Byte]] = {
+    val tagged = rdd.mapPartitionsWithIndex(new TaggedBlockBytesFunction)
+    (if (rdd.getNumPartitions > workers) tagged.coalesce(workers) else tagged).toJavaRDD()
   }
 
   /** The blocks with only the features listed (ascending int32 in activePath), renumbered
