@@ -482,7 +482,7 @@ def test_channels_follow_sparks_encryption_settings(spark, caplog):
         conf = SparkConf(loadDefaults=False)
         for key, value in settings.items():
             conf.set(key.replace("_", "."), value)
-        return SimpleNamespace(getConf=lambda: conf)
+        return SimpleNamespace(_conf=conf)  # what spark_encrypts reads of a SparkContext
 
     assert not security.spark_encrypts(spark.sparkContext)
     assert security.spark_encrypts(context(spark_authenticate="true",

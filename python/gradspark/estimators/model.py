@@ -112,7 +112,10 @@ class _LinearModel(Model, SGDParams, ParamAccessors, MLReadable, MLWritable):
         for role in self._output_fns():
             if not model.getOrDefault(f"{role}Col"):
                 model._set(**{f"{role}Col": f"{role}_{self.uid}"})
-        predictions = model.transform(dataset)
+        # A training summary's predictions are planned when first read (see
+        # PredictionSummary); an evaluation's now, so bad columns raise in evaluate().
+        predictions = model.transform(dataset) if history is None else \
+            (lambda: model.transform(dataset))
         weight_col = self.getOrDefault(self.weightCol) if self.isDefined(self.weightCol) else ""
         columns = dict(predictions=predictions, labelCol=model.getLabelCol(),
                        predictionCol=model.getPredictionCol(),
