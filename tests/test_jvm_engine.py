@@ -223,6 +223,31 @@ def test_bad_values_raise_invalid_data_error(spark, rows, columns, message):
     assert gradspark_cached_rdds(spark) == []
 
 
+@pytest.mark.parametrize("partitions, sizes, message", [
+    # one level of merges: partition 1 is compared with partition 0
+    (3, {1: 3}, r"features column 'features' has a vector of size 3 at partition 1, row 0, "
+                r"but row 0 of partition 0 has size 2; all feature vectors must have the same"),
+    # tree levels on the executors (12 partitions, depth 2): from partition 9 on
+    (12, {p: 3 for p in range(9, 12)}, r"has a vector of size 3 at partition 9, row 0, but row 0 "
+                                       r"of partition [0-8] has size 2"),
+    (3, {0: 0}, r"features column 'features' holds an empty vector at partition 0, row 0"),
+])
+def test_vectors_of_another_size_in_another_partition_are_named(spark, partitions, sizes,
+                                                                 message):
+    """Each partition's blocks take its row 0's size (no job reads the first row first);
+    the statistics pass refuses partitions that disagree, naming both rows."""
+    from pyspark.ml.linalg import Vectors
+
+    rows = [(Vectors.dense(np.arange(sizes.get(p, 2), dtype=float) + r), float(r % 2))
+            for p in range(partitions) for r in range(2)]
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, partitions),
+                               ["features", "label"])
+    assert df.rdd.glom().map(len).collect() == [2] * partitions
+    with pytest.raises(InvalidDataError, match=message):
+        JvmTrainingData(df, "features", "label", None, BINARY, 16, 2)
+    assert gradspark_cached_rdds(spark) == []
+
+
 def test_empty_and_zero_weight_frames(spark, classification_data):
     df = classification_data[0]
     with pytest.raises(InvalidDataError, match="the training DataFrame is empty"):

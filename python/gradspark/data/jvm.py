@@ -19,7 +19,7 @@ from gradspark.data.blocks import BINARY, CLASS_INDEX
 from gradspark.data.codec import decode_block
 from gradspark.data.dataset import cached_bytes, trainable
 from gradspark.data.statistics import DataStatistics, Moments
-from gradspark.data.validation import check_schema, feature_vector_size, raising_data_errors
+from gradspark.data.validation import check_schema, raising_data_errors
 from gradspark.jvm.loader import call_for_doubles, call_with_file, load_kernels
 from gradspark.stages.sources import FrameBlocks, TaggedByteBlocks
 from gradspark.data.training import TrainingData
@@ -100,7 +100,6 @@ class JvmTrainingData(TrainingData):
         checkpoint_dir: Optional[str] = None,
     ) -> None:
         check_schema(df, features_col, label_col, weight_col)
-        self.num_features = feature_vector_size(df, features_col)
         self.spark = df.sparkSession
         self._python_blocks = None
         self.label_domain = label_domain
@@ -110,9 +109,11 @@ class JvmTrainingData(TrainingData):
         if checkpoint_dir and sc.getCheckpointDir() is None:
             sc.setCheckpointDir(checkpoint_dir)
             logger.info("SparkContext checkpoint directory set to %s", checkpoint_dir)
+        # No job reads the first row first: the blocks learn the vectors' size, and the
+        # statistics pass checks that every partition found the same (BlockifyFunction).
         self.blocks = entry.blockify(
             df._jdf, features_col, label_col, weight_col or "", label_domain,
-            self.num_features, int(block_size), bool(checkpoint_dir),
+            int(block_size), bool(checkpoint_dir),
         )
         track_classes = label_domain in (BINARY, CLASS_INDEX)
         try:
@@ -122,6 +123,7 @@ class JvmTrainingData(TrainingData):
         except BaseException:
             self.release()
             raise
+        self.num_features = int(self.blocks.numFeatures())
         self.statistics: DataStatistics = trainable(_statistics(flat, self.num_features),
                                                     weight_col, self.release)
         stats = self.statistics

@@ -21,23 +21,24 @@ object PythonEntry {
   /** What python checks before calling (gradspark.engine.jvm.KERNELS_VERSION): bump it
    *  whenever a signature python calls changes. 2: results go to a file. 3: the weights
    *  come from a file too; JvmBlocks.compact. 4: JvmBlocks.localize. 5: sparse statistics.
-   *  6: JvmBlocks.taggedBinaryRdd. */
+   *  6: JvmBlocks.taggedBinaryRdd; blockify learns the vectors' size (statistics sets
+   *  numFeatures). */
   val Version = "6"
 
   /** Validated blocks of df, cached MEMORY_AND_DISK (not yet computed: call statistics). */
   def blockify(
       df: Dataset[Row], featuresCol: String, labelCol: String, weightCol: String,
-      labelDomain: String, numFeatures: Int, blockSize: Int, checkpoint: Boolean): JvmBlocks = {
+      labelDomain: String, blockSize: Int, checkpoint: Boolean): JvmBlocks = {
     val weight = if (weightCol == null || weightCol.isEmpty) null else weightCol
     val columns = Seq(col(featuresCol), col(labelCol).cast("double")) ++
       (if (weight != null) Seq(col(weight).cast("double")) else Nil)
     val rows = df.select(columns: _*).rdd
     val blocks = rows.mapPartitionsWithIndex(
-      new BlockifyFunction(numFeatures, blockSize, labelDomain, featuresCol, labelCol, weight))
+      new BlockifyFunction(blockSize, labelDomain, featuresCol, labelCol, weight))
     blocks.persist(StorageLevel.MEMORY_AND_DISK)
     blocks.setName(s"gradspark JVM training blocks ($featuresCol, $labelCol)")
     if (checkpoint) blocks.checkpoint()
-    new JvmBlocks(df.sparkSession, blocks, numFeatures)
+    new JvmBlocks(df.sparkSession, blocks, -1, featuresCol = featuresCol)
   }
 
   def toBytes(a: Array[Double]): Array[Byte] = {
@@ -82,8 +83,12 @@ object PythonEntry {
  * and releases with it.
  */
 final class JvmBlocks(
-    spark: SparkSession, val rdd: RDD[Block], val numFeatures: Int,
-    parent: JvmBlocks = null, featureMap: Broadcast[Array[Int]] = null) {
+    spark: SparkSession, val rdd: RDD[Block], private var width: Int,
+    parent: JvmBlocks = null, featureMap: Broadcast[Array[Int]] = null,
+    featuresCol: String = "features") {
+
+  /** The vectors' size; blockify's blocks learn it in the statistics pass (-1 before). */
+  def numFeatures: Int = width
 
   def numPartitions: Int = rdd.getNumPartitions
 
@@ -92,10 +97,19 @@ final class JvmBlocks(
   /** One tree-aggregated pass (this materializes the cache); flat float64 to resultPath,
    *  in the Statistics layout or, for CSR blocks, the SparseStatistics one: python
    *  densifies it (a dense answer is 2 d doubles, 268 MB through a file at 2^24). */
-  def statistics(trackClasses: Boolean, depth: Int, resultPath: String): Unit =
-    PythonEntry.writeDoubles(OrderedAggregate(
-      rdd.mapPartitions(new PartitionStatisticsFunction(trackClasses, numFeatures)),
-      new MergeStatisticsFunction(numFeatures), depth), resultPath)
+  def statistics(trackClasses: Boolean, depth: Int, resultPath: String): Unit = {
+    val stats = if (width >= 0) {
+      OrderedAggregate(rdd.mapPartitions(new PartitionStatisticsFunction(trackClasses, width)),
+        new MergeStatisticsFunction(width), depth)
+    } else {
+      val sized = OrderedAggregate.of(
+        rdd.mapPartitionsWithIndex(new SizedPartitionStatisticsFunction(trackClasses)),
+        new MergeSizedStatisticsFunction(featuresCol), SizedStatistics.Empty, depth)
+      width = math.max(sized._1, 0) // 0: no rows at all
+      sized._3
+    }
+    PythonEntry.writeDoubles(stats, resultPath)
+  }
 
   /** The partitions on the features each holds (see LocalPartition), or null. */
   private var local: RDD[LocalPartition] = null

@@ -367,3 +367,45 @@ final class MergeStatisticsFunction(d: Int)
     Statistics.merge(dense(a), dense(b), d)
   }
 }
+
+/** A partition's statistics (Statistics or SparseStatistics layout) with the size of its
+ *  vectors (-1: no rows) and the first partition they cover, for the blockify pass that
+ *  learns the vectors' size as it goes (BlockifyFunction): `(width, partition, stats)`.
+ *
+ *  A tuple of Scala and Java types, not a class of this jar: task results are
+ *  deserialized on the driver by Spark's class loader (see SparseSums). */
+object SizedStatistics {
+  type T = (Int, Int, Array[Double])
+
+  val Empty: T = (-1, -1, Array.emptyDoubleArray)
+}
+
+final class SizedPartitionStatisticsFunction(trackClasses: Boolean)
+  extends ((Int, Iterator[Block]) => Iterator[SizedStatistics.T]) with Serializable {
+  def apply(partition: Int, blocks: Iterator[Block]): Iterator[SizedStatistics.T] = {
+    if (!blocks.hasNext) return Iterator.single(SizedStatistics.Empty)
+    val first = blocks.next()
+    val d = first.numCols
+    val stats = new PartitionStatisticsFunction(trackClasses, d)(Iterator.single(first) ++ blocks)
+    Iterator.single((d, partition, stats.next()))
+  }
+}
+
+/** Merges partitions' statistics in partition order (OrderedAggregate), refusing vectors
+ *  of different sizes: every partition's row 0 set its size, so the error can name it. */
+final class MergeSizedStatisticsFunction(featuresCol: String)
+  extends ((SizedStatistics.T, SizedStatistics.T) => SizedStatistics.T) with Serializable {
+  def apply(a: SizedStatistics.T, b: SizedStatistics.T): SizedStatistics.T = {
+    val (widthA, partitionA, statsA) = a
+    val (widthB, partitionB, statsB) = b
+    if (widthA < 0) return b
+    if (widthB < 0) return a
+    if (widthA != widthB) {
+      throw Blocks.dataError(
+        s"features column ${Blocks.quoted(featuresCol)} has a vector of size $widthB at " +
+          s"partition $partitionB, row 0, but row 0 of partition $partitionA has size " +
+          s"$widthA; all feature vectors must have the same size")
+    }
+    (widthA, partitionA, new MergeStatisticsFunction(widthA)(statsA, statsB))
+  }
+}
