@@ -381,6 +381,28 @@ final class TaggedBlockBytesFunction
     blocks.map(b => encode.encode(b, partition.toLong))
 }
 
+/** Coalesces partitions into contiguous runs (group i: partitions i n / k until
+ *  (i + 1) n / k), whatever their locations. Spark's default grouping follows the
+ *  cached blocks' locations, which it may not know yet in a session's first fit: the
+ *  same blocks went to workers as 0 1 | 2 3 there and 0 2 | 1 3 later, each worker's
+ *  sums were added in another order, and a resumed fit was no longer bit-identical
+ *  to one that never stopped. A worker reads its blocks once per fit. */
+final class ContiguousCoalescer extends org.apache.spark.rdd.PartitionCoalescer
+    with Serializable {
+  def coalesce(maxPartitions: Int, parent: org.apache.spark.rdd.RDD[_])
+      : Array[org.apache.spark.rdd.PartitionGroup] = {
+    val n = parent.partitions.length
+    val k = math.max(1, math.min(maxPartitions, n))
+    Array.tabulate(k) { i =>
+      val group = new org.apache.spark.rdd.PartitionGroup(None)
+      var p = (i.toLong * n / k).toInt
+      val end = ((i + 1).toLong * n / k).toInt
+      while (p < end) { group.partitions += parent.partitions(p); p += 1 }
+      group
+    }
+  }
+}
+
 final class BlockToRowFunction extends (Block => Row) with Serializable {
   private val encode = new EncodeBlockFunction
   def apply(b: Block): Row = Row(encode(b))

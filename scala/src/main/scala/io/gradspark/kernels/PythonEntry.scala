@@ -170,7 +170,9 @@ final class JvmBlocks(
    *  binaryFrame's Arrow batches wait for a whole partition's blocks. */
   def taggedBinaryRdd(workers: Int): JavaRDD[Array[Byte]] = {
     val tagged = rdd.mapPartitionsWithIndex(new TaggedBlockBytesFunction)
-    (if (rdd.getNumPartitions > workers) tagged.coalesce(workers) else tagged).toJavaRDD()
+    (if (rdd.getNumPartitions > workers) {
+      tagged.coalesce(workers, shuffle = false, Some(new ContiguousCoalescer))
+    } else tagged).toJavaRDD()
   }
 
   /** The blocks with only the features listed (ascending int32 in activePath), renumbered
