@@ -54,6 +54,21 @@ def test_logistic_loss_is_stable_for_huge_margins():
     np.testing.assert_allclose(value.d_margins[:, 0], [1.0, -1.0])
 
 
+def test_logistic_loss_and_sigmoid_match_scipy_over_the_whole_margin_range():
+    """Against scipy.special's log_expit and expit (independent implementations), to a
+    few ulps, from margins where exp overflows to where the sigmoid underflows."""
+    from scipy.special import expit, log_expit
+
+    m = np.concatenate([np.linspace(-745.0, 745.0, 2001), [0.0, -0.0, 1e-300, -1e-300]])
+    y = (np.arange(m.size) % 2).astype(float)
+    w = np.linspace(0.5, 2.0, m.size)
+    value = BinaryLogisticLoss().evaluate(m[:, None], y, w, np.zeros(0))
+    per_row = -log_expit(-m) - y * m  # log(1 + exp(m)) - y m
+    np.testing.assert_allclose(value.loss_sum, w @ per_row, rtol=1e-14)
+    np.testing.assert_allclose(value.d_margins[:, 0], w * (expit(m) - y), rtol=1e-14,
+                               atol=1e-300)
+
+
 def test_multinomial_loss_equals_cross_entropy():
     loss = MultinomialLogisticLoss()
     margins = g.normal(size=(5, 3))

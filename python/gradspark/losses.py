@@ -56,9 +56,16 @@ class BinaryLogisticLoss(Loss):
     curvature = 0.25  # p (1 - p)
 
     def evaluate(self, margins, labels, weights, aux):
+        # One exp and one log1p per row (np.logaddexp twice and an exp took 2.5x as long,
+        # a fifth of a resident worker's round): e = exp(-|m|) never overflows.
         m = margins[:, 0]
-        loss = np.logaddexp(0.0, m) - labels * m
-        prob = np.exp(-np.logaddexp(0.0, -m))  # sigmoid without overflow
+        e = np.exp(-np.abs(m))
+        loss = np.maximum(m, 0.0)
+        loss += np.log1p(e)  # log(1 + exp(m)), the terms np.logaddexp(0, m) adds
+        loss -= labels * m
+        prob = 1.0 / (1.0 + e)  # sigmoid(m) for m >= 0 ...
+        np.multiply(prob, e, out=e)  # ... and exp(m) / (1 + exp(m)) for m < 0
+        prob = np.where(m >= 0.0, prob, e)
         return LossValue(float(weights @ loss), (weights * (prob - labels))[:, None], _NO_AUX)
 
 
