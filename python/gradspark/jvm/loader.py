@@ -25,10 +25,11 @@ KERNELS_VERSION = "6"  # PythonEntry.Version of the jar this module calls
 
 _lock = threading.Lock()
 _loaded: dict = {}  # id of the JVM SparkContext -> (JavaSparkContext, entry object)
-# id of the py4j gateway (one driver JVM for the process) -> the entry object loaded from
-# the jar. One class loader per JVM, not per SparkContext: py4j caches reflected methods
-# by class *name*, so a second loader's classes (a later session of the same process)
-# got the first loader's methods ("object is not an instance of declaring class").
+# id of the py4j gateway (one driver JVM for the process) -> (gateway, the entry object
+# loaded from the jar). One class loader per JVM, not per SparkContext: py4j caches
+# reflected methods by class *name*, so a second loader's classes (a later session of
+# the same process) got the first loader's methods ("object is not an instance of
+# declaring class"). Holding the gateway keeps its id from being reused.
 _jvm_entries: dict = {}
 
 
@@ -87,15 +88,17 @@ def _load_jar(sc):
     jvm = sc._jvm
     sc._jsc.sc().addJar(str(jar))  # this context's executors fetch it before their next task
     gateway = sc._gateway
-    entry = _jvm_entries.get(id(gateway))
-    if entry is None:
-        urls = gateway.new_array(jvm.java.net.URL, 1)
-        urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
-        parent = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        loader = jvm.java.net.URLClassLoader(urls, parent)
-        cls = loader.loadClass(ENTRY_CLASS + "$")
-        entry = _jvm_entries[id(gateway)] = cls.getField("MODULE$").get(None)
-        logger.info("loaded gradspark JVM kernels from %s", jar)
+    cached = _jvm_entries.get(id(gateway))
+    if cached is not None and cached[0] is gateway:
+        return cached[1]
+    urls = gateway.new_array(jvm.java.net.URL, 1)
+    urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
+    parent = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    loader = jvm.java.net.URLClassLoader(urls, parent)
+    cls = loader.loadClass(ENTRY_CLASS + "$")
+    entry = cls.getField("MODULE$").get(None)
+    _jvm_entries[id(gateway)] = (gateway, entry)
+    logger.info("loaded gradspark JVM kernels from %s", jar)
     return entry
 
 
