@@ -176,7 +176,7 @@ class JvmTrainingData(TrainingData):
         or Arrow batches of :meth:`block_frame` for a barrier stage."""
         return TaggedByteBlocks(self.blocks.taggedBinaryRdd, decode_block,
                                 self.spark.sparkContext, self.num_partitions,
-                                FrameBlocks(self.block_frame(), decode_block))
+                                lambda: FrameBlocks(self.block_frame(), decode_block))
 
     @property
     def num_partitions(self) -> int:

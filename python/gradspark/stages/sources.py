@@ -108,11 +108,12 @@ class TaggedByteBlocks:
     Arrow, and each block reaches its worker as soon as the JVM has encoded it,
     where :class:`FrameBlocks` waits for an Arrow batch of a whole partition's
     blocks. A barrier stage may not narrow partitions, so it reads
-    ``barrier_source`` (a :class:`FrameBlocks` of the same blocks) instead.
+    ``barrier_source()`` (a :class:`FrameBlocks` of the same blocks, planned only
+    then) instead.
     """
 
     def __init__(self, tagged_bytes: Callable[[int], object], decode: Callable[..., "Block"],
-                 context, partitions: int, barrier_source: FrameBlocks) -> None:
+                 context, partitions: int, barrier_source: Callable[[], FrameBlocks]) -> None:
         self.tagged_bytes = tagged_bytes  # workers -> the JavaRDD of tagged encodings
         self.decode = decode  # decode(data, start) -> Block
         self.context = context
@@ -124,7 +125,7 @@ class TaggedByteBlocks:
 
     def run(self, task, purpose: str, barrier: bool = False) -> List[tuple]:
         if barrier:
-            return self.barrier_source.run(task, purpose, barrier=True)
+            return self.barrier_source().run(task, purpose, barrier=True)
         from pyspark.serializers import NoOpSerializer
 
         workers = self.num_workers()

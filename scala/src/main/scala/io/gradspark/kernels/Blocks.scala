@@ -133,7 +133,7 @@ object Blocks {
  *
  * The vectors' size is the size of the partition's first vector: the statistics
  * pass then checks that every partition found the same (SizedStatistics), so no
- * job has to read the first row before this one (70-100 ms a fit). */
+ * job has to read the first row before this one (70-110 ms a fit). */
 final class BlockifyFunction(
     blockSize: Int,
     labelDomain: String,

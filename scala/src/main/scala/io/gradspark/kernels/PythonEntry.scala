@@ -98,16 +98,10 @@ final class JvmBlocks(
    *  in the Statistics layout or, for CSR blocks, the SparseStatistics one: python
    *  densifies it (a dense answer is 2 d doubles, 268 MB through a file at 2^24). */
   def statistics(trackClasses: Boolean, depth: Int, resultPath: String): Unit = {
-    val stats = if (width >= 0) {
-      OrderedAggregate(rdd.mapPartitions(new PartitionStatisticsFunction(trackClasses, width)),
-        new MergeStatisticsFunction(width), depth)
-    } else {
-      val sized = OrderedAggregate.of(
-        rdd.mapPartitionsWithIndex(new SizedPartitionStatisticsFunction(trackClasses)),
-        new MergeSizedStatisticsFunction(featuresCol), SizedStatistics.Empty, depth)
-      width = math.max(sized._1, 0) // 0: no rows at all
-      sized._3
-    }
+    val (size, _, stats) = OrderedAggregate.of(
+      rdd.mapPartitionsWithIndex(new SizedPartitionStatisticsFunction(trackClasses)),
+      new MergeSizedStatisticsFunction(featuresCol), SizedStatistics.Empty, depth)
+    width = math.max(size, 0) // 0: no rows at all
     PythonEntry.writeDoubles(stats, resultPath)
   }
 
