@@ -126,8 +126,10 @@ def _fit(df, **params):
 def test_throughput_batching_with_equal_speeds_equals_fixed_batching(
         classification_data, monkeypatch):
     df, *_ = classification_data
-    # Emulated compute (2 ms per 10 rows) so measured speeds are the workers', not noise.
-    monkeypatch.setenv(ENVIRONMENT_VARIABLE, json.dumps({"row_seconds": 2e-4}))
+    # Emulated compute so measured speeds are the workers', not noise: 10 ms per 10 rows,
+    # about 125 ms a round, so rebalancing (a 25% gap) needs 30 ms of noise. At 2 ms per
+    # 10 rows a loaded CI machine once made the two equal workers look unequal.
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, json.dumps({"row_seconds": 1e-3}))
     fixed = _fit(df)
     throughput = _fit(df, batchSizing="throughput")
     np.testing.assert_array_equal(throughput.coefficients.toArray(),
