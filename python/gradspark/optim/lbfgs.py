@@ -124,15 +124,16 @@ def _unbounded_lbfgs(smooth: SmoothFn, z0: np.ndarray, first: float,
     """
     evaluations = [1]
     z, value, grad = z0, first, first_grad
+    grad_norm = float(np.linalg.norm(grad))
     pairs: List[Tuple[np.ndarray, np.ndarray, float]] = []
     accepted = 0
     while accepted < max_iter:
-        if not np.any(grad):
+        if grad_norm == 0.0:
             return z, "the gradient is zero", True
         if pairs:
             direction = _two_loop(grad, pairs)
         else:  # the first step (or after a reset): steepest descent of length 1
-            direction = -grad / float(np.linalg.norm(grad))
+            direction = -grad / grad_norm
         trials: dict = {}
 
         def trial(alpha: float):
@@ -168,9 +169,10 @@ def _unbounded_lbfgs(smooth: SmoothFn, z0: np.ndarray, first: float,
             pairs.append((s_k, y_k, 1.0 / curvature))
             del pairs[:-memory]
         z, value, grad = new_z, new_value, new_grad
+        grad_norm = float(np.linalg.norm(grad))
         accepted += 1
         try:
-            callback(value, z, float(np.linalg.norm(grad)))
+            callback(value, z, grad_norm)
         except StopIteration:  # as scipy reports a callback's stop
             return z, "`callback` raised `StopIteration`.", False
     return z, "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT", False
