@@ -84,6 +84,23 @@ def test_unbounded_lbfgs_reaches_scipys_optimum_within_its_budget():
     assert again.theta.tobytes() == short.theta.tobytes()  # deterministic: resumes replay
 
 
+def test_unbounded_lbfgs_evaluates_each_point_once_and_steps_to_an_evaluated_point():
+    """The line search forms and evaluates each trial point once, and every iterate is
+    one of the points it evaluated, bit for bit (no point formed or evaluated again)."""
+    smooth, calls = _ridge_logistic(seed=11)
+    iterates = []
+    result = minimize_lbfgs(smooth, np.zeros(30), np.zeros(30), np.full(30, -np.inf), 40,
+                            0.0, on_iteration=lambda i, f, theta: iterates.append(theta.copy()))
+    evaluated = [theta.tobytes() for theta in calls]
+    assert len(set(evaluated)) == len(evaluated)  # never the same point twice
+    assert result.iterations == 40 and len(iterates) == 41
+    assert all(theta.tobytes() in evaluated for theta in iterates)
+    assert result.theta.tobytes() == iterates[-1].tobytes()
+    # the values in the history are those of the evaluations at the iterates
+    for theta, value in zip(iterates, result.history):
+        assert value == smooth(theta)[0]
+
+
 @pytest.mark.parametrize("optimizer,lr,steps,atol", [
     (SGD(), 1.0, 200, 1e-9),
     (SGD(momentum=0.5), 0.5, 300, 1e-8),

@@ -115,12 +115,13 @@ def _unbounded_lbfgs(smooth: SmoothFn, z0: np.ndarray, first: float,
     minimization there.
 
     The line search is scipy's (``scalar_search_wolfe2``, which ``line_search``
-    wraps) on this module's own ``phi``: each trial point is formed once, evaluated
-    once, and the accepted one is the line search's own array with its evaluation.
-    ``line_search`` forms every point twice (value, then gradient), and taking its
-    step meant forming the point again and finding its evaluation by comparing
-    whole vectors: five passes over feature-sized memory per evaluation, kept here
-    to one (the slope's dot product) besides the point itself.
+    wraps) on this module's own ``phi``: each trial point is formed once (a multiply
+    and an add), evaluated once, and the accepted one is the line search's own array
+    with its evaluation; its slope is one dot product. Through ``line_search`` each
+    point was formed twice (for its value, then its gradient), taking the step formed
+    it a third time and found its evaluation by comparing it with up to three recent
+    points, and the evaluation wrapper copied the point twice and the gradient once:
+    each a pass over feature-sized memory, between two rounds of the workers.
     """
     evaluations = [1]
     z, value, grad = z0, first, first_grad
