@@ -126,10 +126,11 @@ def _fit(df, **params):
 def test_throughput_batching_with_equal_speeds_equals_fixed_batching(
         classification_data, monkeypatch):
     df, *_ = classification_data
-    # Emulated compute so measured speeds are the workers', not noise: 10 ms per 10 rows,
-    # about 125 ms a round, so rebalancing (a 25% gap) needs 30 ms of noise. At 2 ms per
-    # 10 rows a loaded CI machine once made the two equal workers look unequal.
-    monkeypatch.setenv(ENVIRONMENT_VARIABLE, json.dumps({"row_seconds": 1e-3}))
+    # Emulated compute so measured speeds are the workers', not noise: 50 ms per 10 rows,
+    # about 0.6 s a round, so rebalancing (a 25% gap) needs 150 ms of noise. At 2 ms and
+    # then 10 ms per 10 rows, loaded CI machines made the two equal workers look unequal
+    # (a fresh-clone CI run of fb1a7f5 failed here; the same code passed twice before).
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, json.dumps({"row_seconds": 5e-3}))
     fixed = _fit(df)
     throughput = _fit(df, batchSizing="throughput")
     np.testing.assert_array_equal(throughput.coefficients.toArray(),
