@@ -197,3 +197,67 @@ def test_sparse_statistics_are_densified_in_python_as_the_jvm_would(spark, tmp_p
         assert (ours.weight_sum, ours.weight_sq_sum, ours.stored_entries) == \
             (theirs.weight_sum, theirs.weight_sq_sum, theirs.stored_entries)
         assert np.count_nonzero(ours.features.mean) < WIDE  # a part of the width occurs
+
+
+@pytest.fixture(scope="module")
+def hashed_rare(spark):
+    columns, labels = hashed_rows(1200, seed=5, rare=True)
+    return frames(spark, columns, labels), np.unique(np.concatenate(columns))
+
+
+def test_diagonal_preconditioning_reaches_mllibs_objective_in_fewer_iterations(hashed_rare):
+    """standardization=False on sparse data: a bucket seen once has L2 strength 1/p times a
+    common one's in MLlib's standardized space. With the curvature bounds as L-BFGS's
+    initial inverse Hessian (auto picks it here) the fit reaches the objective MLlib's
+    L-BFGS ends at in fewer iterations than with MLlib's scalar one, and both converge to
+    MLlib's optimum (objectives evaluated in numpy from the returned models)."""
+    wide, occurring = hashed_rare
+    params = dict(regParam=1e-2, standardization=False)
+    target = objective(wide, occurring,
+                       LogisticRegression(maxIter=15, tol=0.0, **params).fit(wide),
+                       l2=1e-2, standardization=False)
+    fits = {choice: SGDLogisticRegression(maxIter=15, tol=0.0, preconditioning=choice,
+                                          **params).fit(wide) for choice in ("auto", "none")}
+    assert fits["auto"].summary.extra["preconditioning"] == "diagonal"
+    assert fits["none"].summary.extra["preconditioning"] == "none"
+    reached = {choice: next((i for i, v in enumerate(m.summary.objectiveHistory)
+                             if v <= target), None) for choice, m in fits.items()}
+    assert reached["auto"] is not None and reached["auto"] * 2 <= (reached["none"] or 16), \
+        reached
+    for choice, model in fits.items():  # the history is MLlib's objective of the iterates
+        assert model.summary.objectiveHistory[-1] == pytest.approx(
+            objective(wide, occurring, model, l2=1e-2, standardization=False), rel=1e-9)
+    optimum = objective(wide, occurring,
+                        LogisticRegression(maxIter=500, tol=1e-12, **params).fit(wide),
+                        l2=1e-2, standardization=False)
+    for choice in ("auto", "none"):
+        model = SGDLogisticRegression(maxIter=500, tol=1e-12, preconditioning=choice,
+                                      **params).fit(wide)
+        assert objective(wide, occurring, model, l2=1e-2, standardization=False) == \
+            pytest.approx(optimum, rel=1e-7)
+
+
+def test_auto_preconditioning_leaves_evenly_curved_problems_to_mllibs_scalar(spark, hashed):
+    """Standardized (MLlib's default) the L2 strengths are equal and a centered feature's
+    curvature bound is the loss's: auto keeps MLlib's path, bit for bit."""
+    wide, _, _ = hashed
+    dense = spark.createDataFrame(
+        [(Vectors.dense(np.random.default_rng(i).normal(size=3) * [1, 10, 100]),
+          float(i % 2)) for i in range(60)], ["features", "label"])
+    for frame in (wide, dense):
+        params = dict(regParam=1e-3, maxIter=8, tol=0.0)
+        auto = SGDLogisticRegression(**params).fit(frame)
+        none = SGDLogisticRegression(preconditioning="none", **params).fit(frame)
+        assert auto.summary.extra["preconditioning"] == "none"
+        assert auto.summary.objectiveHistory == none.summary.objectiveHistory
+
+
+@pytest.mark.parametrize("params,match", [
+    (dict(elasticNetParam=1.0), "L1 penalty or bounds"),
+    (dict(optimizer="adam"), "optimizer='lbfgs'"),
+])
+def test_diagonal_preconditioning_is_refused_where_it_cannot_apply(hashed_rare, params, match):
+    wide, _ = hashed_rare
+    with pytest.raises(ValueError, match=match):
+        SGDLogisticRegression(regParam=1e-3, maxIter=2, preconditioning="diagonal",
+                              **params).fit(wide)

@@ -48,7 +48,7 @@ from gradspark.data.statistics import DataStatistics, require_finite_statistics
 from gradspark.data.validation import InvalidDataError
 from gradspark.estimators.model import _LinearModel
 from gradspark.fit.execute import evaluation_engine, gradient_engine, job_engine, train
-from gradspark.fit.plan import parameter_space, plan_data, plan_fit
+from gradspark.fit.plan import lbfgs_preconditioner, parameter_space, plan_data, plan_fit
 from gradspark.integrations.mlflow_tracking import log_training
 from gradspark.integrations.tensorboard import tensorboard_run, write_fit_curves
 from gradspark.losses import Loss
@@ -225,6 +225,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                                         input_features)
             objective.engine = engine = gradient_engine(plan, data, objective)
             config = plan.config
+            config.preconditioner = lbfgs_preconditioner(self, objective)
             identity = self._fit_identity(dataset, stats, weight_col)
             checkpoints = self._checkpoints(dataset, identity)
             theta0 = objective.project(objective.initial(problem.initial_intercepts))
@@ -267,6 +268,7 @@ class _SGDLinearEstimator(Estimator, SGDParams, HasInitialModel, HasValidation,
                    "gradientEvaluations": objective.evaluations,
                    "trainedFeatures": objective.num_features,
                    "parameterSpace": objective.space,
+                   "preconditioning": "none" if config.preconditioner is None else "diagonal",
                    # the step a first-order fit used: stepSize, or the optimizer's default
                    **({} if config.optimizer == "lbfgs" else {"stepSize": config.step_size}),
                    "resumedFromStep": result.resumed_from, **metrics},

@@ -82,6 +82,7 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
         lazyUpdates: bool = True,
         iterateAveraging: str = "auto",
         parameterSpace: str = "auto",
+        preconditioning: str = "auto",
         mode: str = "sync",
         maxStaleness: int = 2,
         parameterServers: int = 0,
@@ -182,7 +183,8 @@ class SGDLinearRegression(_SGDLinearEstimator, _LinearRegressionParams):
             extra={"solver": solution.solver, "mode": "sync", "engine": "normal",
                    "executionStrategy": "normalEquations", "jvmData": False,
                    "gradientEvaluations": 0, "trainedFeatures": sums.num_features,
-                   "parameterSpace": "standardized", "resumedFromStep": None},
+                   "parameterSpace": "standardized", "preconditioning": "none",
+                   "resumedFromStep": None},
             diagInvAtWA=None if solution.diag_inv_atwa is None
             else solution.diag_inv_atwa.tolist())
         model = SGDLinearRegressionModel(solution.coefficients[:, None],

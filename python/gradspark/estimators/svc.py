@@ -66,6 +66,7 @@ class SGDLinearSVC(_SGDLinearEstimator, _LinearSVCParams):
         lazyUpdates: bool = True,
         iterateAveraging: str = "auto",
         parameterSpace: str = "auto",
+        preconditioning: str = "auto",
         mode: str = "sync",
         maxStaleness: int = 2,
         parameterServers: int = 0,

@@ -183,6 +183,10 @@ def check_params(params: SGDParams) -> None:
         )
     if params.getStepSize() <= 0:
         raise ValueError(f"stepSize must be > 0, got {params.getStepSize()}")
+    if params.getPreconditioning() == "diagonal" and params.getOptimizer() != "lbfgs":
+        raise ValueError("preconditioning='diagonal' scales L-BFGS's steps (optimizer="
+                         "'lbfgs'); svrg scales its steps by the same curvature bounds "
+                         "already, and adagrad and adam by their own statistics")
     if not 0.0 <= params.getMomentum() < 1.0:
         raise ValueError(f"momentum must be in [0, 1), got {params.getMomentum()}")
     if params.getAggregationDepth() < 1:

@@ -84,10 +84,12 @@ class _Stop(Exception):
     """Raised inside the line search to end the minimization (evaluation budget)."""
 
 
-def _two_loop(grad: np.ndarray, pairs: List[Tuple[np.ndarray, np.ndarray, float]]
-              ) -> np.ndarray:
-    """``-H grad`` for the L-BFGS inverse Hessian of ``pairs`` ``(s, y, 1 / y.s)``,
-    scaled by ``s.y / y.y`` of the newest pair (Nocedal and Wright, Algorithm 7.4).
+def _two_loop(grad: np.ndarray, pairs: List[Tuple[np.ndarray, np.ndarray, float]],
+              scaling: Optional[np.ndarray] = None) -> np.ndarray:
+    """``-H grad`` for the L-BFGS inverse Hessian of ``pairs`` ``(s, y, 1 / y.s)``
+    (Nocedal and Wright, Algorithm 7.4), from the initial ``H0 = gamma I`` with
+    ``gamma = s.y / y.y`` of the newest pair, or with a diagonal ``scaling`` ``D``,
+    ``H0 = gamma D`` with ``gamma = s.y / y.D.y`` (L-BFGS on ``theta / sqrt(D)``).
 
     BLAS ``daxpy`` updates ``q`` in place: ``q -= alpha * y`` in numpy makes a
     d-sized temporary per pair, 20 passes over memory an iteration. At 853,125
@@ -101,18 +103,35 @@ def _two_loop(grad: np.ndarray, pairs: List[Tuple[np.ndarray, np.ndarray, float]
         q = daxpy(y, q, a=-alpha)  # in place (q is contiguous float64)
         alphas.append(alpha)
     s, y, _ = pairs[-1]
-    q = dscal(ddot(s, y) / ddot(y, y), q)
+    if scaling is None:
+        q = dscal(ddot(s, y) / ddot(y, y), q)
+    else:
+        q *= scaling
+        q = dscal(ddot(s, y) / ddot(y, scaling * y), q)
     for (s, y, rho), alpha in zip(pairs, reversed(alphas)):
         q = daxpy(s, q, a=alpha - rho * ddot(y, q))
     return np.negative(q, out=q)
 
 
+def _steepest_descent(grad: np.ndarray, grad_norm: float,
+                      scaling: Optional[np.ndarray]) -> np.ndarray:
+    """The first direction (and the one after a reset): unit length, in ``theta``, or
+    with a ``scaling`` ``D`` in ``theta / sqrt(D)`` (``-D grad / |sqrt(D) grad|``)."""
+    if scaling is None:
+        return -grad / grad_norm
+    direction = np.multiply(scaling, grad)
+    direction *= -1.0 / np.sqrt(ddot(direction, grad))
+    return direction
+
+
 def _unbounded_lbfgs(smooth: SmoothFn, z0: np.ndarray, first: float,
                      first_grad: np.ndarray, max_iter: int, max_evaluations: int,
-                     memory: int, callback: Callable[[float, np.ndarray, float], None]):
+                     memory: int, callback: Callable[[float, np.ndarray, float], None],
+                     scaling: Optional[np.ndarray] = None):
     """L-BFGS without bounds: ``(z, message, success)``. ``callback(value, z,
     gradient_norm)`` after each accepted iterate may raise StopIteration to end the
-    minimization there.
+    minimization there. ``scaling``: a positive diagonal initial inverse Hessian (see
+    :func:`_two_loop`), or None for the scalar one.
 
     The line search is scipy's (``scalar_search_wolfe2``, which ``line_search``
     wraps) on this module's own ``phi``: each trial point is formed once (a multiply
@@ -132,9 +151,9 @@ def _unbounded_lbfgs(smooth: SmoothFn, z0: np.ndarray, first: float,
         if grad_norm == 0.0:
             return z, "the gradient is zero", True
         if pairs:
-            direction = _two_loop(grad, pairs)
-        else:  # the first step (or after a reset): steepest descent of length 1
-            direction = -grad / grad_norm
+            direction = _two_loop(grad, pairs, scaling)
+        else:  # the first step (or after a reset)
+            direction = _steepest_descent(grad, grad_norm, scaling)
         trials: dict = {}
 
         def trial(alpha: float):
@@ -179,6 +198,14 @@ def _unbounded_lbfgs(smooth: SmoothFn, z0: np.ndarray, first: float,
     return z, "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT", False
 
 
+def is_unbounded(l1: np.ndarray, lower: np.ndarray,
+                 upper: Optional[np.ndarray] = None) -> bool:
+    """Whether :func:`minimize_lbfgs` runs this module's own L-BFGS (no L1 term, no
+    finite bound) rather than scipy's L-BFGS-B."""
+    return bool(not (l1 > 0).any() and not np.isfinite(lower).any()
+                and (upper is None or not np.isfinite(upper).any()))
+
+
 def minimize_lbfgs(
     smooth: SmoothFn,
     theta0: np.ndarray,
@@ -189,14 +216,20 @@ def minimize_lbfgs(
     on_iteration: Callable[[int, float, np.ndarray], None] = lambda i, f, theta: None,
     memory: int = 10,
     upper: Optional[np.ndarray] = None,
+    scaling: Optional[np.ndarray] = None,
 ) -> LBFGSResult:
     """Minimize ``smooth(theta) + l1 @ |theta|`` within ``lower <= theta <= upper``.
 
     L1 weights and finite bounds on the same coordinate are not supported (the split
-    coordinates carry their own bounds); callers refuse that combination."""
-    if (not (l1 > 0).any() and not np.isfinite(lower).any()
-            and (upper is None or not np.isfinite(upper).any())):
-        return _minimize_unbounded(smooth, theta0, max_iter, tol, on_iteration, memory)
+    coordinates carry their own bounds); callers refuse that combination. ``scaling``
+    (positive, or 0 where the gradient is always 0): a diagonal initial inverse
+    Hessian, for problems without L1 or bounds only (:func:`is_unbounded`)."""
+    if is_unbounded(l1, lower, upper):
+        return _minimize_unbounded(smooth, theta0, max_iter, tol, on_iteration, memory,
+                                   scaling)
+    if scaling is not None:
+        raise ValueError("a diagonal L-BFGS scaling needs a problem without L1 terms or "
+                         "bounds (scipy's L-BFGS-B solves those, with its own scaling)")
     n = len(theta0)
     split = np.flatnonzero(l1 > 0)
     weights = l1[split]
@@ -291,7 +324,7 @@ def minimize_lbfgs(
 
 def _minimize_unbounded(smooth: SmoothFn, theta0: np.ndarray, max_iter: int, tol: float,
                         on_iteration: Callable[[int, float, np.ndarray], None],
-                        memory: int) -> LBFGSResult:
+                        memory: int, scaling: Optional[np.ndarray] = None) -> LBFGSResult:
     """:func:`minimize_lbfgs` without L1 or bounds (the common L2-only fit): this module's
     own L-BFGS on ``theta`` itself. The stationarity gradient is the gradient, and
     the iterates are the line search's own arrays, handed out without copies (no
@@ -313,7 +346,8 @@ def _minimize_unbounded(smooth: SmoothFn, theta0: np.ndarray, max_iter: int, tol
             raise StopIteration
 
     z, message, success = _unbounded_lbfgs(smooth, z0, first, first_grad, max_iter,
-                                           max(4 * max_iter, 50), memory, accepted)
+                                           max(4 * max_iter, 50), memory, accepted,
+                                           scaling)
     iterations = len(history) - 1
     converged = bool(stopped) or (success and iterations < max_iter)
     message = "MLlib's convergence test (tol)" if stopped else message

@@ -60,6 +60,7 @@ class SGDParams(
             lazyUpdates=True,
             iterateAveraging="auto",
             parameterSpace="auto",
+            preconditioning="auto",
             mode="sync",
             maxStaleness=2,
             parameterServers=0,

@@ -7,6 +7,7 @@ from pyspark.ml.param import TypeConverters
 OPTIMIZERS = ("lbfgs", "sgd", "adagrad", "adam", "ftrl", "svrg")
 FIRST_ORDER = "'sgd', 'adagrad', 'adam' or 'ftrl'"  # for messages
 PARAMETER_SPACES = ("auto", "standardized", "raw")
+PRECONDITIONINGS = ("auto", "diagonal", "none")
 SCHEDULES = ("constant", "inverse_time", "inverse_sqrt", "cosine")
 AVERAGINGS = ("auto", "none", "tail")
 MODES = ("sync", "async")

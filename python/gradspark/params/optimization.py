@@ -5,8 +5,8 @@ from __future__ import annotations
 from pyspark.ml.param import Param, Params, TypeConverters
 
 from gradspark.optim.first_order import DEFAULT_STEP_SIZES
-from gradspark.params.choices import (AVERAGINGS, OPTIMIZERS, PARAMETER_SPACES, SCHEDULES,
-                                      _one_of)
+from gradspark.params.choices import (AVERAGINGS, OPTIMIZERS, PARAMETER_SPACES,
+                                      PRECONDITIONINGS, SCHEDULES, _one_of)
 
 
 class HasMiniBatchFraction(Params):
@@ -87,6 +87,18 @@ class HasOptimizer(Params):
         "sparse data (fewer than half the entries stored), standardized otherwise",
         typeConverter=_one_of("parameterSpace", PARAMETER_SPACES),
     )
+    preconditioning: Param[str] = Param(
+        Params._dummy(),
+        "preconditioning",
+        "L-BFGS's initial inverse Hessian (the objective is the same): 'diagonal' scales "
+        "each parameter by the inverse of its curvature bound (the loss's curvature times "
+        "the mean square of what it multiplies, plus its L2 strength, from the data's "
+        "statistics), 'none' is MLlib's scalar; 'auto': diagonal when the bounds differ "
+        "by more than 2x (standardization=False on sparse data, where a rare feature's L2 "
+        "strength is 1/frequency times a common one's), for the losses that have one "
+        "(not hinge or Huber), without L1 or bounds; none otherwise",
+        typeConverter=_one_of("preconditioning", PRECONDITIONINGS),
+    )
 
     def getStepSize(self) -> float:
         """``stepSize``, or the optimizer's default when it is not set."""
@@ -114,3 +126,6 @@ class HasOptimizer(Params):
 
     def getParameterSpace(self) -> str:
         return self.getOrDefault(self.parameterSpace)
+
+    def getPreconditioning(self) -> str:
+        return self.getOrDefault(self.preconditioning)

@@ -26,6 +26,9 @@ class SyncConfig:
     updates_per_pass: int = 1  # ceil(1 / miniBatchFraction): SVRG's snapshot interval
     label: str = "gradspark"
     local_steps: int = 1  # > 1: local SGD on resident workers (gradspark.trainer.local_sgd)
+    # L-BFGS's diagonal initial inverse Hessian (gradspark.fit.plan.lbfgs_preconditioner);
+    # None: MLlib's scalar one
+    preconditioner: Optional[np.ndarray] = None
     faults: object = None  # test-only fault injection (gradspark.testing.faults)
 
     def first_order(self, l2: Optional[np.ndarray] = None,

@@ -182,7 +182,7 @@ def _lbfgs(objective, theta0, config, progress, checkpoints, resumed,
     result = minimize_lbfgs(
         log, theta0, objective.l1, objective.lower_bounds(),
         config.max_iter - offset, config.tol, on_iteration=on_iteration,
-        upper=objective.upper_bounds(),
+        upper=objective.upper_bounds(), scaling=config.preconditioner,
     )
     if not result.converged:
         logger.info("L-BFGS stopped: %s", result.message)
