@@ -304,8 +304,9 @@ def lbfgs_preconditioner(params: SGDParams, objective) -> Optional[np.ndarray]:
     feature in a fraction ``p_j`` of the rows, from ``regParam`` for the common
     features to ``regParam * rows`` for the rarest. One scalar ``H0`` steps the
     coordinates of such a spread of curvatures badly; the diagonal one is L-BFGS on
-    ``theta * sqrt(h)``, where every bound is the same (docs/wide_sparse.md:
-    three times fewer iterations to MLlib's 20-iteration objective)."""
+    ``theta * sqrt(h)``, where every bound is the same (docs/wide_sparse.md: 3 to 5
+    iterations instead of 20 to MLlib's 20-iteration objective on the benchmark's
+    sets)."""
     choice = params.getPreconditioning()
     if choice == "none" or params.getOptimizer() != "lbfgs":
         return None
